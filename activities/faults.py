@@ -1,0 +1,24 @@
+"""Injected worker crashes, for tests and demos: `CRASH_AT=issue_refund:after_provider`.
+
+The worker SIGKILLs itself the first time it reaches a named point, leaving a marker file
+so the restarted worker (started without CRASH_AT, or with the marker present) goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+
+def crash_point(name: str) -> None:
+    wanted = os.environ.get("CRASH_AT")
+    if not wanted or wanted != name:
+        return
+    marker = os.environ.get("CRASH_MARKER")
+    if marker:
+        path = Path(marker)
+        if path.exists():
+            return
+        path.write_text(name)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,95 @@
+"""The effect ledger: one row per intent key, enforced by the primary key.
+
+Row `intent` is written before the provider call and `performed` after it; a row left at
+`intent` means "maybe happened" and must be verified with the provider, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from activities.db import Database
+
+
+@dataclass(frozen=True)
+class Effect:
+    intent_key: str
+    task_id: str
+    tool: str
+    status: str
+    owner: str
+    lease_until: float
+    provider_ref: str | None
+    amount_cents: int | None
+    detail: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row) -> "Effect":
+        return cls(
+            intent_key=row["intent_key"], task_id=row["task_id"], tool=row["tool"], status=row["status"],
+            owner=row["owner"], lease_until=row["lease_until"], provider_ref=row["provider_ref"],
+            amount_cents=row["amount_cents"], detail=json.loads(row["detail"] or "{}"),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The ledger row as this attempt found it; `fresh` when this attempt created it."""
+
+    effect: Effect
+    fresh: bool
+    previous_status: str | None
+
+
+class EffectLedger:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def claim(self, key: str, task_id: str, tool: str, arguments: dict, owner: str, lease_seconds: float) -> Claim:
+        """Record the intent, or return the existing row, taking it over when its lease expired."""
+        now = time.time()
+        with self._db.connect() as conn:
+            inserted = conn.execute(
+                "INSERT OR IGNORE INTO effects (intent_key, task_id, tool, arguments, status, owner, lease_until,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, 'intent', ?, ?, ?, ?)",
+                (key, task_id, tool, json.dumps(arguments, sort_keys=True), owner, now + lease_seconds, now, now),
+            ).rowcount == 1
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
+            previous = None if inserted else row["status"]
+            if not inserted and row["status"] != "performed" and row["lease_until"] <= now:
+                conn.execute(
+                    "UPDATE effects SET status = 'intent', owner = ?, lease_until = ?, updated_at = ? "
+                    "WHERE intent_key = ?", (owner, now + lease_seconds, now, key))
+                row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
+        return Claim(Effect.from_row(row), inserted, previous)
+
+    def performed(self, key: str, provider_ref: str, amount_cents: int | None, detail: dict[str, Any]) -> None:
+        self._set(key, "performed", provider_ref, amount_cents, detail)
+
+    def not_performed(self, key: str, detail: dict[str, Any]) -> None:
+        self._set(key, "not_performed", None, None, detail)
+
+    def unknown(self, key: str, detail: dict[str, Any]) -> None:
+        self._set(key, "unknown", None, None, detail)
+
+    def get(self, key: str) -> Effect | None:
+        with self._db.connect() as conn:
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
+        return Effect.from_row(row) if row else None
+
+    def all(self) -> list[Effect]:
+        with self._db.connect() as conn:
+            rows = conn.execute("SELECT * FROM effects ORDER BY created_at").fetchall()
+        return [Effect.from_row(r) for r in rows]
+
+    def _set(self, key: str, status: str, ref: str | None, amount: int | None, detail: dict[str, Any]) -> None:
+        with self._db.connect() as conn:
+            conn.execute(
+                "UPDATE effects SET status = ?, provider_ref = COALESCE(?, provider_ref),"
+                " amount_cents = COALESCE(?, amount_cents), detail = ?, lease_until = 0, updated_at = ?"
+                " WHERE intent_key = ?",
+                (status, ref, amount, json.dumps(detail, sort_keys=True), time.time(), key),
+            )

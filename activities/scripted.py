@@ -1,0 +1,161 @@
+"""A deterministic model that plays the agent in the scenarios.
+
+It reads only its transcript: the ticket text and the tool results. Like a real model it
+asks again after a retryable `not_performed`, and with `repeat_effects` it re-requests an
+effect that is already done, which is the retry layer no counter sees.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolCall
+
+Results = dict[str, dict[str, Any]]
+MAX_ASKS = 3
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    id: str
+    tool: str
+    arguments: Callable[[Results], dict[str, Any]]
+    repeat: int = 0
+
+
+class ScriptedModel:
+    def reply(self, turn: ModelTurnInput) -> ModelReply:
+        asks, results = _read_transcript(turn.messages)
+        brief = next((m.content for m in turn.messages if m.role == "user"), "")
+        steps = _plan(turn.scenario, brief, turn.model_options)
+        done: Results = {}
+        for step in steps:
+            step_asks = asks.get(step.id, [])
+            if not step_asks:
+                return _call(step, done, 1)
+            last = results.get(step_asks[-1].id)
+            if last is None:
+                return _call(step, done, len(step_asks) + 1)
+            if _settled(last):
+                done[step.id] = last
+                settled_count = sum(1 for a in step_asks if _settled(results.get(a.id, {})))
+                if settled_count <= step.repeat:
+                    return _call(step, done, len(step_asks) + 1)
+                continue
+            if last.get("retryable") and len(step_asks) < MAX_ASKS:
+                return _call(step, done, len(step_asks) + 1)
+            return _escalate(asks, results, step, last)
+        return ModelReply(content=_summary(steps, done))
+
+
+def _read_transcript(messages: list[ChatMessage]) -> tuple[dict[str, list[ToolCall]], Results]:
+    asks: dict[str, list[ToolCall]] = {}
+    results: Results = {}
+    for message in messages:
+        if message.role == "assistant":
+            for call in message.tool_calls:
+                asks.setdefault(call.id.rsplit("-", 1)[0], []).append(call)
+        elif message.role == "tool" and message.tool_call_id:
+            results[message.tool_call_id] = json.loads(message.content)
+    return asks, results
+
+
+def _settled(result: dict[str, Any]) -> bool:
+    outcome = result.get("outcome")
+    if outcome is None:
+        return bool(result) and not result.get("reason")
+    return outcome in ("performed", "already_performed")
+
+
+def _call(step: PlanStep, done: Results, ask: int) -> ModelReply:
+    arguments = step.arguments(done)
+    return ModelReply(tool_calls=[ToolCall(id=f"{step.id}-{ask}", name=step.tool, arguments=json.dumps(arguments))])
+
+
+def _escalate(asks: dict[str, list[ToolCall]], results: Results, step: PlanStep, last: dict) -> ModelReply:
+    if asks.get("escalate"):
+        return ModelReply(content=f"I could not complete {step.tool} ({last.get('reason')}); a human has the task.")
+    reason = f"{step.tool} ended {last.get('outcome') or 'with an error'}: {last.get('reason')} {last.get('message', '')}"
+    return ModelReply(tool_calls=[ToolCall(id="escalate-1", name="escalate_to_human",
+                                           arguments=json.dumps({"reason": reason.strip()}))])
+
+
+def _summary(steps: list[PlanStep], done: Results) -> str:
+    lines = []
+    for step in steps:
+        result = done.get(step.id, {})
+        data = result.get("data", {})
+        if step.tool in ("issue_refund", "send_payment"):
+            lines.append(f"{step.tool}: {result.get('outcome')} {data.get('amount_cents', 0) / 100:.2f} "
+                         f"({data.get('provider_ref')})")
+        elif result.get("outcome"):
+            lines.append(f"{step.tool}: {result['outcome']}")
+    return "Done. " + "; ".join(lines)
+
+
+def _ids(brief: str, prefix: str) -> list[str]:
+    return re.findall(rf"\b{prefix}-\d+\b", brief)
+
+
+def _order(results: Results) -> dict[str, Any]:
+    return results["lookup"]["data"]
+
+
+def _item(results: Results, item_id: str | None) -> dict[str, Any]:
+    items = _order(results)["items"]
+    return next((i for i in items if i["item_id"] == item_id), items[0])
+
+
+def _refund(step_id: str, item_id: str | None, repeat: int, options: dict[str, Any]) -> PlanStep:
+    def arguments(results: Results) -> dict[str, Any]:
+        item = _item(results, item_id)
+        return {"order_id": _order(results)["order_id"], "item_id": item["item_id"],
+                "amount_cents": options.get("amount_cents", item["amount_cents"]),
+                "currency": _order(results)["currency"], "reason": "arrived damaged"}
+    return PlanStep(step_id, "issue_refund", arguments, repeat)
+
+
+def _plan(scenario: str, brief: str, options: dict[str, Any]) -> list[PlanStep]:
+    repeat = int(options.get("repeat_effects", 0))
+    if scenario == "INV-9" or _ids(brief, "INV"):
+        invoice_id = (_ids(brief, "INV") or ["INV-9"])[0]
+        return [
+            PlanStep("lookup", "lookup_invoice", lambda r: {"invoice_id": invoice_id}),
+            PlanStep("pay", "send_payment", lambda r: {
+                "invoice_id": invoice_id, "payee": r["lookup"]["data"]["payee"],
+                "amount_cents": r["lookup"]["data"]["amount_cents"],
+                "currency": r["lookup"]["data"]["currency"]}, repeat),
+            PlanStep("remit", "send_email", lambda r: {
+                "to": r["lookup"]["data"]["payee_email"], "subject": f"Remittance for {invoice_id}",
+                "body": f"We paid {invoice_id}: {r['pay']['data']['amount_cents'] / 100:.2f} "
+                        f"{r['lookup']['data']['currency'].upper()}, reference {r['pay']['data']['provider_ref']}."}),
+        ]
+    order_id = (_ids(brief, "SU") or _ids(brief, "ORD") or _ids(brief, "B") or [""])[0]
+    item_id = options.get("item_id")
+    steps = [PlanStep("lookup", "get_order", lambda r: {"order_id": order_id})]
+    if scenario == "SU-88421":
+        steps.append(PlanStep("policy", "search_policy", lambda r: {"query": "damaged item refund"}))
+    steps.append(_refund("refund", item_id, repeat, options))
+    for n, extra in enumerate(options.get("extra_refund_items", []), start=2):
+        steps.append(_refund(f"refund{n}", extra, repeat, {}))
+
+    def refunded(r: Results) -> str:
+        return f"{r['refund']['data']['amount_cents'] / 100:.2f} {_order(r)['currency'].upper()}"
+
+    if scenario == "SU-88421":
+        steps += [
+            PlanStep("seller", "message_seller", lambda r: {
+                "order_id": order_id, "message": f"We refunded {refunded(r)} for a damaged "
+                                                 f"{_item(r, item_id)['description']}; a courier will collect it."}),
+            PlanStep("pickup", "schedule_pickup", lambda r: {"order_id": order_id,
+                                                             "item_id": _item(r, item_id)["item_id"]}),
+        ]
+    elif scenario == "refund-8841":
+        steps.append(PlanStep("confirm", "write_confirmation", lambda r: {
+            "order_id": order_id, "text": f"Refunded {refunded(r)}, refund {r['refund']['data']['provider_ref']}."}))
+    steps.append(PlanStep("notify", "notify_customer", lambda r: {
+        "order_id": order_id, "message": f"Your refund of {refunded(r)} is on its way to your card."}))
+    return steps

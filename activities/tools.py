@@ -1,0 +1,307 @@
+"""Tool activities. All I/O lives here; each tool answers with one of the four outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+import stripe
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.db import Database
+from activities.faults import crash_point
+from activities.ledger import Claim, EffectLedger
+from activities.payments import StripeGateway
+from activities.records import Records, send_once, upsert_confirmation
+from core.models import Outcome, ToolInput, ToolResult
+from core.tools import (
+    EscalateArgs,
+    GetOrderArgs,
+    IssueRefundArgs,
+    LookupInvoiceArgs,
+    MessageSellerArgs,
+    NotifyCustomerArgs,
+    SchedulePickupArgs,
+    SearchPolicyArgs,
+    SendEmailArgs,
+    SendPaymentArgs,
+    WriteConfirmationArgs,
+)
+
+POLICY = {
+    "damaged": "Items that arrive damaged are refunded in full to the original payment method; "
+               "the seller is told and a courier collects the item.",
+    "approval": "Refunds above the approval ceiling need a human approval before they are sent.",
+    "invoice": "Approved supplier invoices are paid in full, once, and the supplier gets a remittance email.",
+}
+
+_AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError)
+
+
+class ToolActivities:
+    """Holds the stores and the payment gateway; one method per tool, registered by tool name."""
+
+    def __init__(self, db: Database, gateway: StripeGateway, approval_ceiling_cents: int,
+                 lease_seconds: float = 15.0) -> None:
+        self._db = db
+        self._ledger = EffectLedger(db)
+        self._records = Records(db)
+        self._gateway = gateway
+        self._ceiling = approval_ceiling_cents
+        self._lease = lease_seconds
+
+    def activities(self) -> list[Callable]:
+        return [self.get_order, self.search_policy, self.lookup_invoice, self.issue_refund,
+                self.write_confirmation, self.notify_customer, self.message_seller, self.schedule_pickup,
+                self.send_payment, self.send_email, self.escalate_to_human]
+
+    # --- reads -------------------------------------------------------------------------
+
+    @activity.defn(name="get_order")
+    async def get_order(self, call: ToolInput) -> ToolResult:
+        return await _in_thread(self._get_order, call)
+
+    def _get_order(self, call: ToolInput) -> ToolResult:
+        args = GetOrderArgs.model_validate(call.arguments)
+        record = self._records.order(args.order_id)
+        if record is None:
+            return _read_error(call, "unknown_order", f"no order {args.order_id}")
+        refunded = self._gateway.refunded_cents(record.payment_intent_id)
+        order = record.order
+        return ToolResult(tool=call.tool, attempt=_attempt(), data={
+            **order.model_dump(), "paid_cents": order.paid_cents, "refunded_cents": refunded,
+            "refundable_cents": order.paid_cents - refunded, "approval_ceiling_cents": self._ceiling})
+
+    @activity.defn(name="search_policy")
+    async def search_policy(self, call: ToolInput) -> ToolResult:
+        args = SearchPolicyArgs.model_validate(call.arguments)
+        words = set(args.query.lower().split())
+        hits = [text for topic, text in POLICY.items() if topic in words or any(w in text.lower() for w in words)]
+        return ToolResult(tool=call.tool, attempt=_attempt(), data={"passages": hits or list(POLICY.values())})
+
+    @activity.defn(name="lookup_invoice")
+    async def lookup_invoice(self, call: ToolInput) -> ToolResult:
+        return await _in_thread(self._lookup_invoice, call)
+
+    def _lookup_invoice(self, call: ToolInput) -> ToolResult:
+        args = LookupInvoiceArgs.model_validate(call.arguments)
+        record = self._records.invoice(args.invoice_id)
+        if record is None:
+            return _read_error(call, "unknown_invoice", f"no invoice {args.invoice_id}")
+        return ToolResult(tool=call.tool, attempt=_attempt(), data=record.invoice.model_dump())
+
+    # --- money -------------------------------------------------------------------------
+
+    @activity.defn(name="issue_refund")
+    async def issue_refund(self, call: ToolInput) -> ToolResult:
+        return await _in_thread(self._issue_refund, call)
+
+    def _issue_refund(self, call: ToolInput) -> ToolResult:
+        args = IssueRefundArgs.model_validate(call.arguments)
+        key = _require_key(call)
+        record = self._records.order(args.order_id)
+        if record is None:
+            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+        order, pi = record.order, record.payment_intent_id
+        item = next((i for i in order.items if i.item_id == args.item_id), None)
+        if item is None:
+            return _not_performed(call, "unknown_item", f"order {order.order_id} has no item {args.item_id}")
+        if args.currency != order.currency:
+            return _not_performed(call, "currency_mismatch", f"order is in {order.currency}, not {args.currency}")
+        if args.amount_cents > item.amount_cents:
+            return _not_performed(call, "exceeds_item_price", f"item {item.item_id} cost {item.amount_cents} cents")
+
+        claim = self._ledger.claim(key, call.task_id, call.tool, call.arguments, _owner(), self._lease)
+        settled = self._settled_or_verified(call, claim, lambda: self._gateway.find_refund(pi, key))
+        if settled is not None:
+            return settled
+
+        try:
+            refunded = self._gateway.refunded_cents(pi)
+        except stripe.StripeError as err:
+            return self._definitely_not(call, "provider_unavailable", f"could not read refunds: {err}", True)
+        if args.amount_cents > order.paid_cents - refunded:
+            return self._definitely_not(call, "exceeds_refundable",
+                                        f"paid {order.paid_cents}, already refunded {refunded} cents", False)
+        if args.amount_cents > self._ceiling:
+            return self._definitely_not(call, "approval_required",
+                                        f"{args.amount_cents} cents is over the {self._ceiling} cents ceiling", False)
+
+        crash_point("issue_refund:before_provider")
+        metadata = {"task_id": call.task_id, "order_id": order.order_id, "item_id": item.item_id}
+        try:
+            refund = self._gateway.refund(pi, args.amount_cents, key, metadata)
+        except _AMBIGUOUS as err:
+            return self._verify_after(call, f"{type(err).__name__}: {err}", lambda: self._gateway.find_refund(pi, key))
+        except stripe.StripeError as err:
+            return self._definitely_not(call, "provider_rejected", str(err.user_message or err), False)
+        crash_point("issue_refund:after_provider")
+        return self._performed(call, refund.id, args.amount_cents, {"status": refund.status})
+
+    @activity.defn(name="send_payment")
+    async def send_payment(self, call: ToolInput) -> ToolResult:
+        return await _in_thread(self._send_payment, call)
+
+    def _send_payment(self, call: ToolInput) -> ToolResult:
+        args = SendPaymentArgs.model_validate(call.arguments)
+        key = _require_key(call)
+        record = self._records.invoice(args.invoice_id)
+        if record is None:
+            return _not_performed(call, "unknown_invoice", f"no invoice {args.invoice_id}")
+        invoice, payee_ref = record.invoice, record.customer_ref
+        if args.payee != invoice.payee:
+            return _not_performed(call, "payee_mismatch", f"invoice {invoice.invoice_id} is payable to {invoice.payee}")
+        if args.currency != invoice.currency:
+            return _not_performed(call, "currency_mismatch", f"invoice is in {invoice.currency}")
+        if args.amount_cents != invoice.amount_cents:
+            return _not_performed(call, "amount_mismatch", f"invoice amount is {invoice.amount_cents} cents")
+
+        claim = self._ledger.claim(key, call.task_id, call.tool, call.arguments, _owner(), self._lease)
+        settled = self._settled_or_verified(call, claim, lambda: self._gateway.find_payment(payee_ref, key))
+        if settled is not None:
+            return settled
+
+        crash_point("send_payment:before_provider")
+        metadata = {"task_id": call.task_id, "invoice_id": invoice.invoice_id, "intent_key": key}
+        try:
+            payment = self._gateway.charge(payee_ref, args.amount_cents, args.currency, metadata, key)
+        except _AMBIGUOUS as err:
+            return self._verify_after(call, f"{type(err).__name__}: {err}",
+                                      lambda: self._gateway.find_payment(payee_ref, key))
+        except stripe.StripeError as err:
+            return self._definitely_not(call, "provider_rejected", str(err.user_message or err), False)
+        crash_point("send_payment:after_provider")
+        return self._performed(call, payment.id, args.amount_cents, {"status": payment.status})
+
+    def _settled_or_verified(self, call: ToolInput, claim: Claim, lookup: Callable[[], Any]) -> ToolResult | None:
+        """Answer from the ledger, or, when an earlier attempt may have reached the provider, from it."""
+        effect = claim.effect
+        if effect.status == "performed":
+            outcome = Outcome.PERFORMED if effect.owner == _owner() else Outcome.ALREADY_PERFORMED
+            return ToolResult(tool=call.tool, outcome=outcome, intent_key=effect.intent_key, attempt=_attempt(),
+                              data={"provider_ref": effect.provider_ref, "amount_cents": effect.amount_cents,
+                                    "source": "ledger", **effect.detail})
+        if claim.fresh:
+            return None
+        try:
+            found = lookup()
+        except stripe.StripeError as err:
+            raise ApplicationError(f"intent {effect.intent_key} may have been sent; lookup failed: {err}") from err
+        if found is not None:
+            return self._performed(call, found.id, found.amount, {"status": found.status, "verified_by": "lookup"})
+        if effect.owner != _owner():
+            raise ApplicationError(f"intent {effect.intent_key} is in flight in another attempt", type="IntentInFlight")
+        return None
+
+    def _verify_after(self, call: ToolInput, error: str, lookup: Callable[[], Any]) -> ToolResult:
+        """After an ambiguous send: ask the provider, never guess."""
+        key = call.intent_key
+        try:
+            found = lookup()
+        except stripe.StripeError as err:
+            self._ledger.unknown(key, {"error": error, "lookup_error": str(err)})
+            return ToolResult(tool=call.tool, outcome=Outcome.UNKNOWN, intent_key=key, reason="unverifiable",
+                              message=f"{error}; the lookup failed too. Do not retry; escalate.",
+                              retryable=False, attempt=_attempt())
+        if found is not None:
+            return self._performed(call, found.id, found.amount,
+                                   {"status": found.status, "verified_by": "lookup", "after": error})
+        return self._definitely_not(call, "provider_error", f"{error}; the provider has no record of it", True)
+
+    def _performed(self, call: ToolInput, ref: str, amount: int, detail: dict[str, Any]) -> ToolResult:
+        self._ledger.performed(call.intent_key, ref, amount, detail)
+        return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key, attempt=_attempt(),
+                          data={"provider_ref": ref, "amount_cents": amount, **detail})
+
+    def _definitely_not(self, call: ToolInput, reason: str, message: str, retryable: bool) -> ToolResult:
+        self._ledger.not_performed(call.intent_key, {"reason": reason, "message": message})
+        return _not_performed(call, reason, message, retryable)
+
+    # --- writes to people and records --------------------------------------------------
+
+    @activity.defn(name="write_confirmation")
+    async def write_confirmation(self, call: ToolInput) -> ToolResult:
+        args = WriteConfirmationArgs.model_validate(call.arguments)
+        if self._records.order(args.order_id) is None:
+            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+        await _in_thread(upsert_confirmation, self._db, call.task_id, args.order_id, args.text)
+        return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key, attempt=_attempt(),
+                          data={"order_id": args.order_id})
+
+    @activity.defn(name="notify_customer")
+    async def notify_customer(self, call: ToolInput) -> ToolResult:
+        args = NotifyCustomerArgs.model_validate(call.arguments)
+        record = self._records.order(args.order_id)
+        if record is None:
+            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+        return await self._send(call, "email", record.order.customer_email, f"Your order {args.order_id}",
+                                args.message)
+
+    @activity.defn(name="message_seller")
+    async def message_seller(self, call: ToolInput) -> ToolResult:
+        args = MessageSellerArgs.model_validate(call.arguments)
+        record = self._records.order(args.order_id)
+        if record is None:
+            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+        return await self._send(call, "seller_message", record.order.seller_email, f"Order {args.order_id}",
+                                args.message)
+
+    @activity.defn(name="schedule_pickup")
+    async def schedule_pickup(self, call: ToolInput) -> ToolResult:
+        args = SchedulePickupArgs.model_validate(call.arguments)
+        record = self._records.order(args.order_id)
+        if record is None:
+            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+        if not any(i.item_id == args.item_id for i in record.order.items):
+            return _not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
+        return await self._send(call, "pickup", "courier", f"Pickup {args.order_id}/{args.item_id}",
+                                f"Collect {args.item_id} from {record.order.customer_name}")
+
+    @activity.defn(name="send_email")
+    async def send_email(self, call: ToolInput) -> ToolResult:
+        args = SendEmailArgs.model_validate(call.arguments)
+        return await self._send(call, "email", args.to, args.subject, args.body)
+
+    @activity.defn(name="escalate_to_human")
+    async def escalate_to_human(self, call: ToolInput) -> ToolResult:
+        args = EscalateArgs.model_validate(call.arguments)
+        return await self._send(call, "escalation", "operators", f"Task {call.task_id} needs a human", args.reason)
+
+    async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str) -> ToolResult:
+        key = _require_key(call)
+        sent_now, mine = await _in_thread(send_once, self._db, key, call.task_id, call.tool, call.arguments,
+                                          _owner(), kind, recipient, subject, body)
+        crash_point(f"{call.tool}:after_send")
+        outcome = Outcome.PERFORMED if (sent_now or mine) else Outcome.ALREADY_PERFORMED
+        return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=_attempt(),
+                          data={"recipient": recipient, "kind": kind})
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Blocking SQLite and HTTP run off the event loop so heartbeats keep flowing."""
+    return await asyncio.to_thread(fn, *args)
+
+
+def _owner() -> str:
+    info = activity.info()
+    return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
+
+
+def _attempt() -> int:
+    return activity.info().attempt
+
+
+def _require_key(call: ToolInput) -> str:
+    if not call.intent_key:
+        raise ApplicationError(f"{call.tool} needs an intent key", type="InvalidToolInput", non_retryable=True)
+    return call.intent_key
+
+
+def _not_performed(call: ToolInput, reason: str, message: str, retryable: bool = False) -> ToolResult:
+    return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, intent_key=call.intent_key, reason=reason,
+                      message=message, retryable=retryable, attempt=_attempt())
+
+
+def _read_error(call: ToolInput, reason: str, message: str) -> ToolResult:
+    return ToolResult(tool=call.tool, reason=reason, message=message, attempt=_attempt())

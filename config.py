@@ -1,0 +1,43 @@
+"""Configuration from the environment, read at the entry points and inside activities.
+
+Secrets (the Stripe key) are read here by the worker only; they never enter workflow or
+activity inputs, so they never reach an event history.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core.names import DEFAULT_TASK_QUEUE
+
+PROJECT_ROOT = Path(__file__).resolve().parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore")
+
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = DEFAULT_TASK_QUEUE
+    stripe_api_key: SecretStr = SecretStr("sk_test_local")
+    stripe_api_base: str = "http://127.0.0.1:8420"
+    stripe_timeout_seconds: float = Field(default=5.0, gt=0)
+    agent_db_path: Path = PROJECT_ROOT / ".local" / "agent.db"
+    approval_ceiling_cents: int = Field(default=15000, ge=0)
+    model_backend: str = "scripted"
+    temporal_ui_url: str = "http://127.0.0.1:8233"
+
+
+def load_settings() -> Settings:
+    """Settings, or one line on stderr and exit 2 for a configuration mistake."""
+    try:
+        return Settings()
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]).upper()
+        print(f"configuration error: {field}: {first['msg']}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,1 @@
+"""Declarations shared by workflows and activities. Imports nothing that does I/O."""

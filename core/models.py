@@ -1,0 +1,141 @@
+"""Data shapes shared by workflows and activities: pure pydantic, no I/O."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class ToolClass(StrEnum):
+    """How a tool may be retried; decides its retry policy and whether it needs a key."""
+
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    MONEY = "money"
+    IRREVERSIBLE = "irreversible"
+
+
+class Outcome(StrEnum):
+    """The only four answers a write tool gives."""
+
+    PERFORMED = "performed"
+    ALREADY_PERFORMED = "already_performed"
+    NOT_PERFORMED = "not_performed"
+    UNKNOWN = "unknown"
+
+
+SETTLED = (Outcome.PERFORMED, Outcome.ALREADY_PERFORMED)
+
+TaskState = Literal[
+    "running", "awaiting_human", "completed", "dead_lettered", "cancelled"
+]
+
+
+class ToolCall(BaseModel):
+    """A tool call as a model emits it: arguments are the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ToolSchema(BaseModel):
+    """Provider-neutral tool description (JSON Schema parameters)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class TaskInput(BaseModel):
+    """Starts one agent task. `facts` come from our systems, never from the model."""
+
+    task_id: str
+    scenario: str
+    brief: str
+    facts: dict[str, str] = Field(default_factory=dict)
+    max_turns: int = 40
+    model_options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelTurnInput(BaseModel):
+    task_id: str
+    scenario: str
+    turn: int
+    messages: list[ChatMessage]
+    tools: list[ToolSchema]
+    model_options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelReply(BaseModel):
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+class ToolInput(BaseModel):
+    """What a tool activity receives: validated arguments plus the intent key."""
+
+    task_id: str
+    tool: str
+    arguments: dict[str, Any]
+    intent_key: str | None = None
+
+
+class ToolResult(BaseModel):
+    """A tool's answer. Write tools always set `outcome`; reads leave it None."""
+
+    tool: str
+    outcome: Outcome | None = None
+    intent_key: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
+    message: str | None = None
+    retryable: bool = False
+    attempt: int = 1
+
+    @property
+    def ok(self) -> bool:
+        if self.outcome is None:
+            return self.reason is None
+        return self.outcome in SETTLED
+
+
+class Step(BaseModel):
+    """One tool call in the checkpoint, keyed by step name."""
+
+    tool: str
+    status: Literal["running", "done", "not_performed", "unknown", "rejected"]
+    intent_key: str | None = None
+    attempts: int = 0
+    outcome: Outcome | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
+
+
+class Checkpoint(BaseModel):
+    task_id: str
+    scenario: str
+    state: TaskState = "running"
+    turns: int = 0
+    steps: dict[str, Step] = Field(default_factory=dict)
+    final_answer: str | None = None
+    waiting_for: str | None = None
+    updated_at: str | None = None
+
+
+class TaskResult(BaseModel):
+    task_id: str
+    state: TaskState
+    final_answer: str | None
+    checkpoint: Checkpoint

@@ -1,0 +1,105 @@
+"""Demo and test scenarios from DESIGN.md: the world they need and the task that starts them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from core.models import TaskInput
+
+
+class Item(BaseModel):
+    item_id: str
+    description: str
+    amount_cents: int
+
+
+class Order(BaseModel):
+    order_id: str
+    currency: str = "usd"
+    customer_name: str
+    customer_email: str
+    seller: str
+    seller_email: str
+    items: list[Item]
+
+    @property
+    def paid_cents(self) -> int:
+        return sum(item.amount_cents for item in self.items)
+
+
+class Invoice(BaseModel):
+    invoice_id: str
+    payee: str
+    payee_email: str
+    amount_cents: int
+    currency: str = "usd"
+
+
+ORDERS = {
+    "SU-88421": Order(
+        order_id="SU-88421", customer_name="Maya Okafor", customer_email="maya.okafor@example.com",
+        seller="Ashcombe Furniture", seller_email="orders@ashcombe.example",
+        items=[Item(item_id="oak-shelf-4", description="4-shelf oak unit", amount_cents=11800)],
+    ),
+    "ORD-8841": Order(
+        order_id="ORD-8841", customer_name="Tom Brennan", customer_email="tom.brennan@example.com",
+        seller="Kettleworks", seller_email="support@kettleworks.example",
+        items=[
+            Item(item_id="kettle-01", description="Stovetop kettle", amount_cents=4500),
+            Item(item_id="mugs-02", description="Set of four mugs", amount_cents=2400),
+        ],
+    ),
+}
+
+INVOICES = {
+    "INV-9": Invoice(invoice_id="INV-9", payee="ACME", payee_email="ap@acme.example", amount_cents=420000),
+}
+
+
+def su_88421(**model_options) -> TaskInput:
+    return TaskInput(
+        task_id="ticket-SU-88421", scenario="SU-88421",
+        brief=("Support ticket SU-88421: the buyer received the 4-shelf oak unit broken and asks for a "
+               "refund. Check the order and the policy, refund the item, tell the seller, book the "
+               "return pickup and tell the customer."),
+        facts={"order_id": "SU-88421"}, model_options=model_options,
+    )
+
+
+def refund_8841(**model_options) -> TaskInput:
+    return TaskInput(
+        task_id="refund-8841", scenario="refund-8841",
+        brief=("Refund request for order ORD-8841: the kettle arrived dented. Look up the order, refund "
+               "the kettle, write the confirmation on the order and notify the customer."),
+        facts={"order_id": "ORD-8841", "item_id": "kettle-01"}, model_options=model_options,
+    )
+
+
+def invoice_inv_9(**model_options) -> TaskInput:
+    return TaskInput(
+        task_id="invoice-INV-9", scenario="INV-9",
+        brief="Accounts payable: invoice INV-9 from ACME is approved. Pay it and email ACME the remittance.",
+        facts={"invoice_id": "INV-9"}, model_options=model_options,
+    )
+
+
+SCENARIOS = {"SU-88421": su_88421, "refund-8841": refund_8841, "INV-9": invoice_inv_9}
+
+
+def batch_order(n: int) -> Order:
+    """A generated refund ticket's order, deterministic in n."""
+    order_id = f"B-{n:05d}"
+    return Order(
+        order_id=order_id, customer_name=f"Customer {n}", customer_email=f"customer{n}@example.com",
+        seller="Batch Seller", seller_email="seller@batch.example",
+        items=[Item(item_id="item-1", description="Boxed item", amount_cents=1000 + (n * 37) % 9000)],
+    )
+
+
+def batch_ticket(n: int, **model_options) -> TaskInput:
+    order = batch_order(n)
+    return TaskInput(
+        task_id=f"ticket-{order.order_id}", scenario="batch-refund",
+        brief=f"Support ticket {order.order_id}: item arrived damaged; refund it and tell the customer.",
+        facts={"order_id": order.order_id, "item_id": "item-1"}, model_options=model_options,
+    )

@@ -1,0 +1,132 @@
+"""The tool registry: each tool declared once, with its class, arguments and key fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from core.models import ToolClass, ToolSchema
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
+Ident = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
+Cents = Annotated[int, Field(strict=True, gt=0, le=100_000_000, description="Integer cents.")]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Money(_Args):
+    currency: Annotated[str, StringConstraints(min_length=3, max_length=3)]
+
+    @field_validator("currency")
+    @classmethod
+    def _lower(cls, value: str) -> str:
+        return value.lower()
+
+
+class GetOrderArgs(_Args):
+    order_id: Ident
+
+
+class SearchPolicyArgs(_Args):
+    query: Text
+
+
+class LookupInvoiceArgs(_Args):
+    invoice_id: Ident
+
+
+class IssueRefundArgs(_Money):
+    order_id: Ident
+    item_id: Ident
+    amount_cents: Cents
+    reason: Text
+
+
+class WriteConfirmationArgs(_Args):
+    order_id: Ident
+    text: Text
+
+
+class NotifyCustomerArgs(_Args):
+    order_id: Ident
+    message: Text
+
+
+class MessageSellerArgs(_Args):
+    order_id: Ident
+    message: Text
+
+
+class SchedulePickupArgs(_Args):
+    order_id: Ident
+    item_id: Ident
+
+
+class SendPaymentArgs(_Money):
+    invoice_id: Ident
+    payee: Text
+    amount_cents: Cents
+
+
+class SendEmailArgs(_Args):
+    to: Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, pattern=r"^[^@\s]+@[^@\s]+$")]
+    subject: Text
+    body: Text
+
+
+class EscalateArgs(_Args):
+    reason: Text
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool's declaration. `key_fields` name argument fields or context facts (task_id)."""
+
+    name: str
+    tool_class: ToolClass
+    args: type[BaseModel]
+    description: str
+    key_fields: tuple[str, ...] = ()
+
+    @property
+    def needs_key(self) -> bool:
+        return self.tool_class is not ToolClass.READ
+
+    def schema(self) -> ToolSchema:
+        return ToolSchema(name=self.name, description=self.description, parameters=self.args.model_json_schema())
+
+
+_SPECS = (
+    ToolSpec("get_order", ToolClass.READ, GetOrderArgs,
+             "Look up an order: items, amounts paid, refunded_cents, customer and seller."),
+    ToolSpec("search_policy", ToolClass.READ, SearchPolicyArgs, "Search the refund and returns policy."),
+    ToolSpec("lookup_invoice", ToolClass.READ, LookupInvoiceArgs, "Look up a supplier invoice."),
+    ToolSpec("issue_refund", ToolClass.MONEY, IssueRefundArgs,
+             "Refund one item of an order to the original payment method.",
+             ("task_id", "order_id", "item_id", "amount_cents")),
+    ToolSpec("write_confirmation", ToolClass.IDEMPOTENT_WRITE, WriteConfirmationArgs,
+             "Write the confirmation note on an order (replaces any earlier note of this task).",
+             ("task_id", "order_id")),
+    ToolSpec("notify_customer", ToolClass.IRREVERSIBLE, NotifyCustomerArgs,
+             "Email the order's customer.", ("task_id", "order_id", "message")),
+    ToolSpec("message_seller", ToolClass.IRREVERSIBLE, MessageSellerArgs,
+             "Message the order's seller.", ("task_id", "order_id", "message")),
+    ToolSpec("schedule_pickup", ToolClass.IRREVERSIBLE, SchedulePickupArgs,
+             "Book a courier pickup of an item from the customer.", ("task_id", "order_id", "item_id")),
+    ToolSpec("send_payment", ToolClass.MONEY, SendPaymentArgs,
+             "Pay a supplier invoice.", ("invoice_id", "payee", "amount_cents")),
+    ToolSpec("send_email", ToolClass.IRREVERSIBLE, SendEmailArgs,
+             "Send an email.", ("task_id", "to", "subject", "body")),
+    ToolSpec("escalate_to_human", ToolClass.IRREVERSIBLE, EscalateArgs,
+             "Hand the task to a human operator, with the reason.", ("task_id", "reason")),
+)
+
+REGISTRY: dict[str, ToolSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def tool_schemas() -> list[ToolSchema]:
+    return [spec.schema() for spec in _SPECS]

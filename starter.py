@@ -1,0 +1,210 @@
+"""Starts agent tasks and shows what they did.
+
+    python starter.py scenario SU-88421            # run one scenario, show progress and the world
+    python starter.py scenario INV-9 --json        # machine-readable summary
+    python starter.py batch 20                     # N generated refund tickets
+    python starter.py status ticket-SU-88421       # the checkpoint of a task
+    python starter.py seed                         # orders and payees at the provider
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import stripe
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from activities.db import Database
+from activities.payments import StripeGateway
+from activities.seed import seed_scenarios
+from activities.world import World
+from config import Settings, load_settings
+from core.models import Checkpoint, TaskInput, TaskResult
+from core.names import WORKFLOW_NAME
+from core.scenarios import SCENARIOS, batch_ticket
+
+
+_TASK_TIMEOUT = timedelta(seconds=3)  # a workflow task lost with a dead worker is retried in 3 s
+
+
+class StarterError(Exception):
+    """A problem the operator can fix; printed as one line."""
+
+
+async def connect(settings: Settings) -> Client:
+    try:
+        return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
+                                    data_converter=pydantic_data_converter)
+    except Exception as err:
+        raise StarterError(f"cannot reach Temporal at {settings.temporal_address}: {str(err).splitlines()[0]}")
+
+
+def gateway_for(settings: Settings) -> StripeGateway:
+    return StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
+                         settings.stripe_timeout_seconds)
+
+
+def seed(settings: Settings, batch: int = 0) -> None:
+    try:
+        seed_scenarios(Database(settings.agent_db_path), gateway_for(settings), batch)
+    except stripe.StripeError as err:
+        raise StarterError(f"cannot reach the payment provider at {settings.stripe_api_base}: "
+                           f"{type(err).__name__}") from None
+
+
+async def start_task(client: Client, settings: Settings, task: TaskInput) -> WorkflowHandle:
+    """Start the task, or attach to it when a run with this id is going or has completed.
+
+    A completed task is never run again by a plain start (redrive is explicit); a failed or
+    terminated one may be, and its intent keys make the done steps come back already_performed.
+    """
+    try:
+        return await client.start_workflow(
+            WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            task_timeout=_TASK_TIMEOUT,
+        )
+    except WorkflowAlreadyStartedError:
+        return client.get_workflow_handle(task.task_id, result_type=TaskResult)
+
+
+async def follow(handle: WorkflowHandle, show: bool) -> TaskResult:
+    """Wait for the result, printing each step as its status changes."""
+    result = asyncio.ensure_future(handle.result())
+    seen: dict[str, str] = {}
+    while not result.done():
+        if show:
+            try:
+                cp: Checkpoint = await handle.query("checkpoint", result_type=Checkpoint)
+                for name, step in cp.steps.items():
+                    line = f"{step.status}{' ' + step.outcome if step.outcome else ''}"
+                    if seen.get(name) != line:
+                        seen[name] = line
+                        print(f"  {cp.task_id}  {name:<22} {line}", flush=True)
+            except RPCError:
+                pass
+        await asyncio.wait([result], timeout=0.5)
+    return result.result()
+
+
+def world_of(settings: Settings, task: TaskInput) -> dict[str, Any]:
+    world = World(Database(settings.agent_db_path), gateway_for(settings))
+    return world.summary(task.task_id, task.facts.get("order_id"), task.facts.get("invoice_id"))
+
+
+def print_report(settings: Settings, task: TaskInput, result: TaskResult, world: dict[str, Any]) -> None:
+    print(f"\n== {task.task_id} ({task.scenario}): {result.state}")
+    print(f"   model's answer: {result.final_answer}")
+    for refund in world["refunds"]:
+        print(f"   provider refund  {refund['id']}  {refund['amount_cents'] / 100:.2f}  key {refund['intent_key']}")
+    for payment in world["payments"]:
+        print(f"   provider payment {payment['id']}  {payment['amount_cents'] / 100:.2f}  key {payment['intent_key']}")
+    for message in world["messages"]:
+        print(f"   sent {message['kind']:<15} to {message['recipient']}: {message['body'][:70]}")
+    print("   checkpoint:")
+    print("   " + result.checkpoint.model_dump_json(indent=2).replace("\n", "\n   "))
+    print(f"   Web UI: {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/{task.task_id}")
+
+
+async def run_tasks(settings: Settings, tasks: list[TaskInput], as_json: bool) -> list[dict[str, Any]]:
+    client = await connect(settings)
+    handles = [await start_task(client, settings, task) for task in tasks]
+    show = not as_json and len(tasks) <= 3
+    results = await asyncio.gather(*(follow(h, show) for h in handles))
+    summaries = []
+    for task, result in zip(tasks, results):
+        world = world_of(settings, task)
+        summaries.append({"task_id": task.task_id, "scenario": task.scenario, "state": result.state,
+                          "final_answer": result.final_answer, "world": world,
+                          "checkpoint": result.checkpoint.model_dump(mode="json")})
+        if not as_json and len(tasks) <= 3:
+            print_report(settings, task, result, world)
+    return summaries
+
+
+async def cmd_scenario(args: argparse.Namespace, settings: Settings) -> int:
+    options = {"repeat_effects": args.repeat_effects} if args.repeat_effects else {}
+    task = SCENARIOS[args.name](**options)
+    seed(settings)
+    summaries = await run_tasks(settings, [task], args.json)
+    if args.json:
+        print(json.dumps(summaries[0], indent=2))
+    return 0
+
+
+async def cmd_batch(args: argparse.Namespace, settings: Settings) -> int:
+    tasks = [batch_ticket(n) for n in range(1, args.count + 1)]
+    seed(settings, batch=args.count)
+    started = time.monotonic()
+    summaries = await run_tasks(settings, tasks, args.json)
+    elapsed = time.monotonic() - started
+    refunds = sum(len(s["world"]["refunds"]) for s in summaries)
+    report = {"tasks": len(tasks), "completed": sum(s["state"] == "completed" for s in summaries),
+              "provider_refunds": refunds, "seconds": round(elapsed, 2)}
+    print(json.dumps({**report, "tasks_detail": summaries} if args.json else report, indent=2))
+    return 0
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
+    try:
+        cp = await client.get_workflow_handle(args.task_id).query("checkpoint", result_type=Checkpoint)
+    except RPCError as err:
+        raise StarterError(f"no task {args.task_id}: {err.message}") from None
+    print(cp.model_dump_json(indent=2))
+    return 0
+
+
+async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
+    seed(settings, batch=args.batch)
+    print(f"seeded scenarios{f' and {args.batch} batch orders' if args.batch else ''} into {settings.agent_db_path}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Start agent tasks and show what they did.")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("scenario", help="run one scenario of DESIGN.md")
+    s.add_argument("name", choices=sorted(SCENARIOS))
+    s.add_argument("--repeat-effects", type=int, default=0, metavar="N",
+                   help="the model asks again N times for each money effect already done")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(run=cmd_scenario)
+    b = sub.add_parser("batch", help="run N generated refund tickets")
+    b.add_argument("count", type=int)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(run=cmd_batch)
+    st = sub.add_parser("status", help="print a task's checkpoint")
+    st.add_argument("task_id")
+    st.set_defaults(run=cmd_status)
+    sd = sub.add_parser("seed", help="create the demo orders and payees at the provider")
+    sd.add_argument("--batch", type=int, default=0)
+    sd.set_defaults(run=cmd_seed)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    settings = load_settings()
+    try:
+        return asyncio.run(args.run(args, settings))
+    except StarterError as err:
+        print(f"starter: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

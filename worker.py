@@ -1,0 +1,83 @@
+"""Runs a worker for the agent task queue: `python worker.py`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from datetime import timedelta
+
+import stripe
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from activities import Database, ModelActivities, StripeGateway, ToolActivities
+from activities.interceptors import WorkerInterceptor
+from activities.model import backend_from_env
+from config import Settings, load_settings
+from workflows import AgentTaskWorkflow
+
+
+def fail(message: str) -> None:
+    print(f"worker: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+async def connect(settings: Settings) -> Client:
+    try:
+        return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
+                                    data_converter=pydantic_data_converter)
+    except Exception as err:  # the SDK raises RuntimeError with a long transport message
+        fail(f"cannot reach Temporal at {settings.temporal_address} "
+             f"(namespace {settings.temporal_namespace}): {str(err).splitlines()[0]}")
+        raise
+
+
+def build_worker(client: Client, settings: Settings) -> Worker:
+    db = Database(settings.agent_db_path)
+    db.create()
+    gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
+                            settings.stripe_timeout_seconds)
+    tools = ToolActivities(db, gateway, settings.approval_ceiling_cents,
+                           lease_seconds=settings.stripe_timeout_seconds * 3)
+    model = ModelActivities(backend_from_env())
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[AgentTaskWorkflow],
+        activities=[*tools.activities(), model.model_turn],
+        interceptors=[WorkerInterceptor()],
+        max_concurrent_activities=100,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
+        graceful_shutdown_timeout=timedelta(seconds=5),
+    )
+
+
+def check_provider(settings: Settings) -> None:
+    gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base, 5.0)
+    try:
+        gateway.ping()
+    except stripe.AuthenticationError:
+        fail(f"the payment provider at {settings.stripe_api_base} refused STRIPE_API_KEY")
+    except stripe.StripeError as err:
+        fail(f"cannot reach the payment provider at {settings.stripe_api_base}: {type(err).__name__}")
+
+
+async def main() -> None:
+    settings = load_settings()
+    check_provider(settings)
+    client = await connect(settings)
+    worker = build_worker(client, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        print(f"worker ready: task queue {settings.task_queue} on {settings.temporal_address}", flush=True)
+        await stop.wait()
+    print("worker stopped", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
