@@ -63,6 +63,7 @@ class AgentTaskWorkflow:
                 result_type=ModelReply,
                 start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
                 retry_policy=policies.MODEL_POLICY,
+                heartbeat_timeout=policies.TOOL_HEARTBEAT,
                 summary=f"model turn {turn}",
             )
             messages.append(ChatMessage(role="assistant", content=reply.content, tool_calls=reply.tool_calls))

@@ -1,0 +1,63 @@
+"""`make demo`: the whole local stack, the three scenarios, then the Web UI until Ctrl-C.
+
+Without a terminal (CI, scripts) it stops everything it started and exits 0 once the
+scenarios are done, so it leaves no process behind either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import threading
+
+from config import PROJECT_ROOT, Settings
+from core.scenarios import SCENARIOS
+from devstack.processes import StackError
+from devstack.stack import STRIPE_API_KEY, Stack
+from starter import StarterError, run_tasks, seed
+
+DATA_DIR = PROJECT_ROOT / ".local" / "demo"
+
+
+def settings_for(stack: Stack) -> Settings:
+    return Settings(temporal_address=stack.address, task_queue=stack.task_queue, stripe_api_base=stack.stripe_url,
+                    stripe_api_key=STRIPE_API_KEY, agent_db_path=stack.agent_db,
+                    temporal_ui_url=stack.ui_url or "")
+
+
+def run_scenarios(settings: Settings) -> list[dict]:
+    seed(settings)
+    summaries = []
+    for name, build in SCENARIOS.items():
+        print(f"\n### scenario {name}", flush=True)
+        summaries += asyncio.run(run_tasks(settings, [build()], as_json=False))
+    return summaries
+
+
+def main(argv: list[str] | None = None) -> int:
+    shutil.rmtree(DATA_DIR, ignore_errors=True)  # each demo starts from an empty world
+    stack = Stack(data_dir=DATA_DIR, with_worker=True)
+    try:
+        stack.start()
+        print(f"Temporal {stack.address}, Web UI {stack.ui_url}, localstripe {stack.stripe_url}, data {DATA_DIR}")
+        summaries = run_scenarios(settings_for(stack))
+        print("\n== one effect per intent:")
+        for s in summaries:
+            counts = {kind: len(s["world"][kind]) for kind in ("refunds", "payments", "messages")}
+            print(f"   {s['task_id']:<18} {s['state']:<10} {counts}")
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            print(f"\nWeb UI: {stack.ui_url}/namespaces/default/workflows  (Ctrl-C stops everything)", flush=True)
+            threading.Event().wait()
+        return 0
+    except (StackError, StarterError) as err:
+        print(f"demo: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

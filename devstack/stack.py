@@ -1,0 +1,166 @@
+"""The local stack as one object: Temporal dev server + localstripe (+ workers).
+
+Humans get fixed ports (7233, UI 8233, localstripe 8420) and `.local/`;
+tests get free ports and their own folder via Stack.for_tests(), so parallel
+runs never share a server, a provider store or a database.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from devstack.processes import (
+    LOOPBACK,
+    PROJECT_ROOT,
+    ConfigError,
+    LocalStripe,
+    ManagedProcess,
+    TemporalDevServer,
+    WorkerProcess,
+    free_port,
+    port_in_use,
+)
+
+DEFAULT_DATA_DIR = PROJECT_ROOT / ".local"
+STRIPE_API_KEY = "sk_test_local"
+TASK_QUEUE = "agent-tasks"
+
+
+@dataclass
+class Stack:
+    data_dir: Path = DEFAULT_DATA_DIR
+    temporal_port: int = 7233
+    ui_port: int = 8233
+    stripe_port: int = 8420
+    namespace: str = "default"
+    task_queue: str = TASK_QUEUE
+    headless: bool = False
+    with_worker: bool = False
+    timeout: float = 60.0
+    detached: bool = False
+    temporal: TemporalDevServer | None = field(default=None, init=False)
+    localstripe: LocalStripe | None = field(default=None, init=False)
+    workers: list[WorkerProcess] = field(default_factory=list, init=False)
+    startup_seconds: dict[str, float] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+
+    @classmethod
+    def for_tests(cls, data_dir: Path | str, *, headless: bool = True, with_worker: bool = False) -> Stack:
+        """A stack on free ports in data_dir (e.g. pytest's tmp_path), UI off by default."""
+        return cls(
+            data_dir=Path(data_dir),
+            temporal_port=free_port(),
+            ui_port=free_port(),
+            stripe_port=free_port(),
+            headless=headless,
+            with_worker=with_worker,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.temporal_port}"
+
+    @property
+    def stripe_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.stripe_port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return None if self.headless else f"http://{LOOPBACK}:{self.ui_port}"
+
+    @property
+    def agent_db(self) -> Path:
+        return self.data_dir / "agent.db"
+
+    @property
+    def temporal_db(self) -> Path:
+        return self.data_dir / "temporal.db"
+
+    def log_file(self, name: str) -> Path:
+        return self.data_dir / f"{name}.log"
+
+    def env(self) -> dict[str, str]:
+        """What worker.py, starter.py and the temporal CLI read to find this stack."""
+        return {
+            "TEMPORAL_ADDRESS": self.address,
+            "TEMPORAL_NAMESPACE": self.namespace,
+            "TASK_QUEUE": self.task_queue,
+            "STRIPE_API_BASE": self.stripe_url,
+            "STRIPE_API_KEY": STRIPE_API_KEY,
+            "AGENT_DB_PATH": str(self.agent_db),
+        }
+
+    def check_ports(self) -> None:
+        wanted = {"Temporal": self.temporal_port, "localstripe": self.stripe_port}
+        if not self.headless:
+            wanted["Temporal Web UI"] = self.ui_port
+        if len(set(wanted.values())) < len(wanted):
+            raise ConfigError(f"two components were given the same port: {wanted}")
+        for what, port in wanted.items():
+            if port_in_use(port):
+                raise ConfigError(
+                    f"port {port} for {what} is already in use on {LOOPBACK}; "
+                    "stop whatever holds it (`make down` if it is an earlier stack) or choose another port"
+                )
+
+    def start(self) -> None:
+        """Start Temporal and localstripe side by side, then the worker if asked; all ready on return.
+
+        On any failure whatever was started is stopped again before the error propagates.
+        """
+        self.check_ports()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.temporal = TemporalDevServer(
+            self.temporal_port, self.ui_port, self.temporal_db, self.log_file("temporal"),
+            namespace=self.namespace, headless=self.headless,
+        )
+        self.localstripe = LocalStripe(self.stripe_port, self.log_file("localstripe"))
+        self.temporal.detached = self.localstripe.detached = self.detached
+        try:
+            for proc in (self.temporal, self.localstripe):
+                proc.start()
+            deadline = time.monotonic() + self.timeout
+            for proc in (self.temporal, self.localstripe):
+                self.startup_seconds[proc.name] = proc.wait_ready(max(0.0, deadline - time.monotonic()))
+            if self.with_worker:
+                self.start_worker()
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_worker(self, log_file: Path | str | None = None, extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        """Start one more worker against this stack and wait for its ready line."""
+        if log_file is None:
+            log_file = self.log_file("worker" if not self.workers else f"worker-{len(self.workers) + 1}")
+        worker = WorkerProcess({**self.env(), **(extra_env or {})}, log_file)
+        worker.detached = self.detached
+        worker.start()
+        self.workers.append(worker)
+        self.startup_seconds["worker"] = worker.wait_ready(self.timeout)
+        return worker
+
+    def processes(self) -> list[ManagedProcess]:
+        return [p for p in (self.temporal, self.localstripe, *self.workers) if p is not None]
+
+    def stop(self) -> None:
+        """Workers first (they talk to the others), then localstripe, then Temporal."""
+        for worker in reversed(self.workers):
+            worker.stop()
+        if self.localstripe is not None:
+            self.localstripe.stop()
+        if self.temporal is not None:
+            self.temporal.stop()
+
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,59 @@
+"""A worker process SIGKILLed at each step of refund-8841, including after the provider
+accepted the refund and before anything recorded it; a fresh worker finishes the task
+with exactly one refund and one customer email."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities.world import World
+from config import Settings
+from devstack.stack import Stack
+from tests.helpers import scenario_task, start
+
+CRASH_POINTS = [
+    "model_turn:start",
+    "get_order:end",
+    "issue_refund:start",
+    "issue_refund:before_provider",
+    "issue_refund:after_provider",
+    "issue_refund:end",
+    "write_confirmation:start",
+    "notify_customer:after_send",
+    "notify_customer:end",
+]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_worker_killed_at_each_step_resumes_without_a_second_effect(
+    point: str, stack: Stack, client: Client, settings: Settings, world: World, worker_env: dict[str, str],
+    tmp_path: Path,
+):
+    crashing = stack.start_worker(tmp_path / "crashing.log",
+                                  {**worker_env, "CRASH_AT": point, "CRASH_MARKER": str(tmp_path / "crashed")})
+    task = scenario_task("refund-8841")
+    handle = await start(client, settings, task)
+    code = await asyncio.to_thread(crashing.process.wait, 60)
+    assert code == -signal.SIGKILL, f"worker did not crash at {point}: exit {code}"
+    assert (tmp_path / "crashed").read_text() == point
+
+    fresh = stack.start_worker(tmp_path / "fresh.log", worker_env)
+    try:
+        result = await asyncio.wait_for(handle.result(), 90)
+    finally:
+        fresh.stop()
+
+    assert result.state == "completed"
+    refunds = world.refunds("ORD-8841")
+    assert [r["amount_cents"] for r in refunds] == [4500]
+    assert refunds[0]["intent_key"] == result.checkpoint.steps["issue_refund"].intent_key
+    effects = {e["tool"]: e for e in world.effects(task.task_id)}
+    assert effects["issue_refund"]["status"] == "performed"
+    assert effects["issue_refund"]["provider_ref"] == refunds[0]["id"]
+    assert [m["recipient"] for m in world.messages(task.task_id)] == ["tom.brennan@example.com"]
+    assert world.records.confirmation(task.task_id, "ORD-8841") is not None
