@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,9 +27,11 @@ class Settings(BaseSettings):
     stripe_api_key: SecretStr = SecretStr("sk_test_local")
     stripe_api_base: str = "http://127.0.0.1:8420"
     stripe_timeout_seconds: float = Field(default=5.0, gt=0)
+    stripe_sdk_retries: int = Field(default=2, ge=0, le=5)
     agent_db_path: Path = PROJECT_ROOT / ".local" / "agent.db"
     approval_ceiling_cents: int = Field(default=15000, ge=0)
     model_backend: str = "scripted"
+    refund_tool: Literal["safe", "unsafe"] = "safe"
     temporal_ui_url: str = "http://127.0.0.1:8233"
 
 

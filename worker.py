@@ -14,7 +14,8 @@ from temporalio.worker import Worker
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
 from activities.interceptors import WorkerInterceptor
-from activities.model import backend_from_env
+from activities.records import Records
+from activities.unsafe import UnsafeRefund
 from config import Settings, load_settings
 from workflows import AgentTaskWorkflow
 
@@ -34,19 +35,23 @@ async def connect(settings: Settings) -> Client:
         raise
 
 
-def build_worker(client: Client, settings: Settings) -> Worker:
+def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
     db = Database(settings.agent_db_path)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
-                            settings.stripe_timeout_seconds)
+                            settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
     tools = ToolActivities(db, gateway, settings.approval_ceiling_cents,
                            lease_seconds=settings.stripe_timeout_seconds * 3)
-    model = ModelActivities(backend_from_env())
+    activities = tools.activities()
+    if settings.refund_tool == "unsafe":
+        unsafe = UnsafeRefund(Records(db), gateway)
+        activities = [a for a in activities if a.__name__ != "issue_refund"] + [unsafe.issue_refund]
+    model = ModelActivities(settings.model_backend)
     return Worker(
         client,
-        task_queue=settings.task_queue,
+        task_queue=task_queue or settings.task_queue,
         workflows=[AgentTaskWorkflow],
-        activities=[*tools.activities(), model.model_turn],
+        activities=[*activities, model.model_turn],
         interceptors=[WorkerInterceptor()],
         max_concurrent_activities=100,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -21,7 +19,3 @@ class ModelActivities:
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, turn: ModelTurnInput) -> ModelReply:
         return self._backend.reply(turn)
-
-
-def backend_from_env() -> str:
-    return os.environ.get("MODEL_BACKEND", "scripted")

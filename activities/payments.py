@@ -1,28 +1,34 @@
 """The payment provider seam: the real `stripe` SDK, pointed at Stripe or a local server.
 
-Who retries what: the SDK never retries (max_network_retries=0), because its retries
-happen inside one activity attempt where we cannot verify in between. Temporal retries
-the activity; every attempt sends the same idempotency key (the intent key) and puts it
-in the object's metadata, and an attempt that follows an ambiguous one looks the intent
-up at the provider before sending anything.
+Who retries what:
+- The SDK retries only requests that provably never took effect: a connection that was
+  never established, a 409 (the key's first request still in flight) and a 429. Never a
+  timeout, a dropped connection or a 5xx: those may have been executed, and against a
+  provider that ignores idempotency keys a resend pays twice.
+- Temporal retries the activity. Every attempt sends the same idempotency key (the intent
+  key, also in the object's metadata), and an attempt that follows an ambiguous one looks
+  the intent up at the provider before sending anything.
+- The model may ask again; the workflow's journal and the ledger answer already_performed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import requests
 import stripe
+import urllib3
 
 KEY_FIELD = "intent_key"
 
 
 class StripeGateway:
-    def __init__(self, api_key: str, api_base: str, timeout_seconds: float) -> None:
+    def __init__(self, api_key: str, api_base: str, timeout_seconds: float, sdk_retries: int = 2) -> None:
         self._client = stripe.StripeClient(
             api_key,
             base_addresses={"api": api_base},
-            max_network_retries=0,
-            http_client=stripe.RequestsClient(timeout=timeout_seconds),
+            max_network_retries=sdk_retries,
+            http_client=UnsentOnlyRetries(timeout=timeout_seconds),
         )
 
     def ping(self) -> None:
@@ -79,6 +85,34 @@ class StripeGateway:
     def find_payment(self, customer_id: str, key: str) -> Any | None:
         """Our payment to a payee, matched by intent key in metadata."""
         return next((p for p in self.payments_to(customer_id) if _key_of(p) == key), None)
+
+
+class UnsentOnlyRetries(stripe.RequestsClient):
+    """The SDK's HTTP client, allowed to retry only what never reached the provider."""
+
+    def _should_retry(self, response, api_connection_error, num_retries, max_network_retries):  # noqa: ANN001
+        if num_retries >= (max_network_retries or 0):
+            return False
+        if response is None:
+            return bool(api_connection_error and api_connection_error.should_retry)
+        _, status, _ = response
+        return status in (409, 429)
+
+    def _handle_request_error(self, e: Exception):  # noqa: ANN202
+        try:
+            super()._handle_request_error(e)
+        except stripe.APIConnectionError as err:
+            err.should_retry = never_sent(e)
+            raise
+
+
+def never_sent(error: Exception) -> bool:
+    """True when the request provably did not leave: the connection was never established."""
+    if isinstance(error, requests.exceptions.ConnectTimeout):
+        return True
+    reason = getattr(error.args[0], "reason", None) if error.args else None
+    return isinstance(error, requests.exceptions.ConnectionError) and isinstance(
+        reason, urllib3.exceptions.NewConnectionError)
 
 
 def _key_of(obj: Any) -> str | None:

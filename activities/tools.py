@@ -184,30 +184,42 @@ class ToolActivities:
                                     "source": "ledger", **effect.detail})
         if claim.fresh:
             return None
-        try:
-            found = lookup()
-        except stripe.StripeError as err:
-            raise ApplicationError(f"intent {effect.intent_key} may have been sent; lookup failed: {err}") from err
+        found = self._lookup(call, lookup, f"an earlier attempt left the intent at {claim.previous_status}")
+        if isinstance(found, ToolResult):
+            return found
         if found is not None:
             return self._performed(call, found.id, found.amount, {"status": found.status, "verified_by": "lookup"})
         if effect.owner != _owner():
-            raise ApplicationError(f"intent {effect.intent_key} is in flight in another attempt", type="IntentInFlight")
+            return self._give_up_or_retry(call, "in_flight", "another attempt holds this intent and may be sending it")
         return None
 
     def _verify_after(self, call: ToolInput, error: str, lookup: Callable[[], Any]) -> ToolResult:
         """After an ambiguous send: ask the provider, never guess."""
-        key = call.intent_key
-        try:
-            found = lookup()
-        except stripe.StripeError as err:
-            self._ledger.unknown(key, {"error": error, "lookup_error": str(err)})
-            return ToolResult(tool=call.tool, outcome=Outcome.UNKNOWN, intent_key=key, reason="unverifiable",
-                              message=f"{error}; the lookup failed too. Do not retry; escalate.",
-                              retryable=False, attempt=_attempt())
+        found = self._lookup(call, lookup, error)
+        if isinstance(found, ToolResult):
+            return found
         if found is not None:
             return self._performed(call, found.id, found.amount,
                                    {"status": found.status, "verified_by": "lookup", "after": error})
         return self._definitely_not(call, "provider_error", f"{error}; the provider has no record of it", True)
+
+    def _lookup(self, call: ToolInput, lookup: Callable[[], Any], why: str) -> Any:
+        """The provider's record of this intent, None if it has none, or the answer when it cannot say."""
+        try:
+            return lookup()
+        except stripe.StripeError as err:
+            return self._give_up_or_retry(call, "unverifiable", f"{why}; the lookup failed: {type(err).__name__}")
+
+    def _give_up_or_retry(self, call: ToolInput, reason: str, message: str) -> ToolResult:
+        """Let Temporal retry (the next attempt verifies first); on the last attempt, answer unknown."""
+        info = activity.info()
+        limit = info.retry_policy.maximum_attempts if info.retry_policy else 1
+        if limit and info.attempt >= limit:
+            self._ledger.unknown(call.intent_key, {"reason": reason, "message": message})
+            return ToolResult(tool=call.tool, outcome=Outcome.UNKNOWN, intent_key=call.intent_key, reason=reason,
+                              message=f"{message}. It may have happened: do not retry; a human must check.",
+                              retryable=False, attempt=info.attempt)
+        raise ApplicationError(message, type="OutcomeUnverified")
 
     def _performed(self, call: ToolInput, ref: str, amount: int, detail: dict[str, Any]) -> ToolResult:
         self._ledger.performed(call.intent_key, ref, amount, detail)

@@ -121,6 +121,7 @@ class Step(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     result: dict[str, Any] = Field(default_factory=dict)
     reason: str | None = None
+    trail: list[str] = Field(default_factory=list, description="one line per time the model asked")
 
 
 class Checkpoint(BaseModel):

@@ -12,7 +12,9 @@ is an empty provider.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 
 from aiohttp import web
 
@@ -38,15 +40,46 @@ def build_app() -> web.Application:
     return app
 
 
+async def _serve(port: int, edge_mode: str) -> None:
+    """localstripe alone on `port`, or localstripe on a private port behind the Stripe edge."""
+    from devstack.stripe_edge import Edge, EdgeConfig
+
+    runners = []
+    inner = web.AppRunner(build_app(), access_log=None)
+    await inner.setup()
+    runners.append(inner)
+    if edge_mode == "off":
+        await web.TCPSite(inner, HOST, port).start()
+    else:
+        private = web.TCPSite(inner, HOST, 0)
+        await private.start()
+        inner_port = private._server.sockets[0].getsockname()[1]
+        edge = web.AppRunner(Edge(f"http://{HOST}:{inner_port}", EdgeConfig(mode=edge_mode)).app(),
+                             access_log=None)
+        await edge.setup()
+        runners.append(edge)
+        await web.TCPSite(edge, HOST, port).start()
+    print(f"localstripe listening on http://{HOST}:{port} (edge {edge_mode})", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m devstack.localstripe_server")
     parser.add_argument("--port", type=int, default=8420)
+    parser.add_argument("--edge-mode", choices=["dedupe", "passthrough", "off"], default="dedupe",
+                        help="serve through the Stripe edge (dedupe: keys as Stripe; passthrough: keys ignored)")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = build_app()
-    print(f"localstripe listening on http://{HOST}:{args.port}", flush=True)
-    web.run_app(app, host=HOST, port=args.port, access_log=None, print=None)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        asyncio.run(_serve(args.port, args.edge_mode))
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

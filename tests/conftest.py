@@ -19,6 +19,7 @@ from activities.payments import StripeGateway
 from activities.seed import seed_scenarios
 from activities.world import World
 from config import Settings
+from devstack.edge_control import EdgeControl
 from devstack.stack import STRIPE_API_KEY, Stack
 from worker import build_worker
 
@@ -47,7 +48,14 @@ def settings(stack: Stack, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def world(settings: Settings) -> World:
+def edge(stack: Stack) -> EdgeControl:
+    return EdgeControl(stack.stripe_url)
+
+
+@pytest.fixture
+def world(settings: Settings, edge: EdgeControl) -> World:
+    """A fresh world: the edge forgets saved keys and rules, the orders are paid anew."""
+    edge.configure("dedupe")
     db = Database(settings.agent_db_path)
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base, 10.0)
     seed_scenarios(db, gateway)
@@ -65,8 +73,9 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def running_worker(client: Client, settings: Settings) -> AsyncIterator[None]:
-    async with build_worker(client, settings):
+async def running_worker(client: Client, settings: Settings, task_queue: str | None = None
+                         ) -> AsyncIterator[None]:
+    async with build_worker(client, settings, task_queue):
         yield
 
 

@@ -39,6 +39,8 @@ SYSTEM_PROMPT = (
     "(do not retry; escalate). Never promise what a tool did not report as performed."
 )
 
+_JOURNAL_NOTE = "settled earlier in this task; not run again"
+
 
 @workflow.defn(name=names.WORKFLOW_NAME)
 class AgentTaskWorkflow:
@@ -112,7 +114,7 @@ class AgentTaskWorkflow:
         if key is not None and key in self._journal:
             settled = self._journal[key]
             result = ToolResult(tool=spec.name, outcome=Outcome.ALREADY_PERFORMED, intent_key=key, data=settled.data,
-                                message="settled earlier in this task; not run again")
+                                message=_JOURNAL_NOTE)
             self._record(step, result)
             return result
 
@@ -174,6 +176,7 @@ class AgentTaskWorkflow:
         return name
 
     def _record(self, step: Step, result: ToolResult) -> None:
+        step.trail.append(_trail_line(len(step.trail) + 1, result))
         step.outcome = result.outcome
         step.reason = result.reason
         step.result = {**result.data, **({"message": result.message} if result.message else {})}
@@ -197,6 +200,21 @@ class AgentTaskWorkflow:
 
     def _touch(self) -> None:
         self._checkpoint.updated_at = workflow.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _trail_line(ask: int, result: ToolResult) -> str:
+    line = f"ask {ask}: {result.outcome or ('error' if result.reason else 'ok')}"
+    if result.reason:
+        line += f" ({result.reason})"
+    if result.attempt > 1:
+        line += f" after {result.attempt} attempts"
+    if result.message == _JOURNAL_NOTE:
+        line += ", from the task journal"
+    elif result.data.get("source") == "ledger":
+        line += ", from the ledger"
+    elif "verified_by" in result.data:
+        line += f", verified by provider lookup after {result.data.get('after', 'an earlier attempt')}"
+    return line
 
 
 def _summary(tool: str, arguments: dict, key: str | None) -> str:

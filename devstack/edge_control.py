@@ -1,0 +1,43 @@
+"""Set the Stripe edge's mode and fault rules from tests, the starter and the demo."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+FAULT_PRESETS = ("timeout-after-accept", "error-after-commit", "drop-after-commit", "error-before-commit",
+                 "drop-before-commit", "conflict-before-commit", "unverifiable")
+
+
+class EdgeControl:
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+
+    def configure(self, mode: str = "dedupe", rules: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        return self._call("PUT", "/_edge/config", {"mode": mode, "rules": rules or []})
+
+    def stats(self) -> dict[str, int]:
+        return self._call("GET", "/_edge/stats")
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+
+def preset(name: str, path: str, client_timeout: float) -> list[dict[str, Any]]:
+    """Rules for a named fault on the first POST to `path` (the money endpoint of a scenario).
+
+    `unverifiable` is a timeout after accept whose every later lookup fails as well.
+    """
+    late = client_timeout + 1.0
+    first = {"method": "POST", "path": path, "nth": [1]}
+    if name == "unverifiable":
+        lookup = "/v1/refunds" if path == "/v1/refunds" else "/v1/payment_intents"
+        return [{**first, "fault": "timeout_after_accept", "delay_seconds": late},
+                {"method": "GET", "path": lookup, "fault": "fail", "after_rule": 0}]
+    fault = name.replace("-", "_")
+    return [{**first, "fault": fault, "delay_seconds": late if fault == "timeout_after_accept" else 0.0}]

@@ -1,0 +1,209 @@
+"""A Stripe edge on loopback, in front of localstripe: Stripe's idempotency, and faults by rule.
+
+Mode `dedupe` behaves as Stripe does with Idempotency-Key: the same key with the same
+parameters replays the first saved response (errors included) for 24 hours, the same key
+with other parameters is a 400 idempotency error, and a request whose key is still in
+flight is a 409. Mode `passthrough` forwards keys untouched, as localstripe alone does
+(a provider that does not protect you).
+
+Faults sit on the network side of the provider: `*_before_commit` never reach it,
+`*_after_commit` reach it and lose or spoil the answer. Rules match method and path
+prefix and pick requests by their count (`nth`, `from_nth`). Control plane:
+PUT /_edge/config {"mode": ..., "rules": [...]} (also forgets saved keys and counters, like
+a fresh account), GET /_edge/stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+import aiohttp
+from aiohttp import web
+from pydantic import BaseModel, Field, ValidationError
+
+Fault = Literal[
+    "timeout_after_accept", "error_after_commit", "drop_after_commit",
+    "error_before_commit", "drop_before_commit", "conflict_before_commit", "slow", "fail",
+]
+BEFORE = {"error_before_commit", "drop_before_commit", "conflict_before_commit", "fail"}
+AFTER = {"timeout_after_accept", "error_after_commit", "drop_after_commit"}
+KEY_TTL_SECONDS = 24 * 3600
+
+
+class Rule(BaseModel):
+    fault: Fault
+    method: str = "POST"
+    path: str = "/v1/refunds"
+    nth: list[int] | None = Field(default=None, description="which matching requests, counted from 1")
+    from_nth: int | None = None
+    after_rule: int | None = Field(default=None, description="only once the rule at this index has fired")
+    delay_seconds: float = 0.0
+
+    def picks(self, count: int) -> bool:
+        if self.nth is not None:
+            return count in self.nth
+        if self.from_nth is not None:
+            return count >= self.from_nth
+        return True
+
+
+class EdgeConfig(BaseModel):
+    mode: Literal["dedupe", "passthrough"] = "dedupe"
+    rules: list[Rule] = Field(default_factory=list)
+
+
+@dataclass
+class _Saved:
+    fingerprint: str
+    created: float
+    status: int | None = None
+    body: bytes = b""
+    content_type: str = "application/json"
+
+
+class Edge:
+    def __init__(self, upstream: str, config: EdgeConfig) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.config = config
+        self._counts: Counter[int] = Counter()
+        self._fired: set[int] = set()
+        self._keys: dict[str, _Saved] = {}
+        self.stats: Counter[str] = Counter()
+        self._session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=4 * 1024 * 1024)
+        app.router.add_put("/_edge/config", self._put_config)
+        app.router.add_get("/_edge/config", self._get_config)
+        app.router.add_get("/_edge/stats", self._get_stats)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _put_config(self, request: web.Request) -> web.Response:
+        try:
+            self.config = EdgeConfig.model_validate_json(await request.read())
+        except ValidationError as err:
+            return web.json_response({"error": json.loads(err.json())}, status=400)
+        self._counts.clear()
+        self._fired.clear()
+        self._keys.clear()
+        self.stats.clear()
+        return web.json_response(self.config.model_dump())
+
+    async def _get_config(self, request: web.Request) -> web.Response:
+        return web.json_response(self.config.model_dump())
+
+    async def _get_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(dict(self.stats))
+
+    def _rule_for(self, method: str, path: str) -> Rule | None:
+        chosen = None
+        for index, rule in enumerate(self.config.rules):
+            if rule.method != method or not path.startswith(rule.path):
+                continue
+            if rule.after_rule is not None and rule.after_rule not in self._fired:
+                continue
+            self._counts[index] += 1
+            if chosen is None and rule.picks(self._counts[index]):
+                chosen = rule
+                self._fired.add(index)
+        return chosen
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.stats[f"{request.method} {request.path}"] += 1
+        rule = self._rule_for(request.method, request.path)
+        if rule is not None:
+            self.stats[f"fault:{rule.fault}"] += 1
+            if rule.delay_seconds and rule.fault not in AFTER:
+                await asyncio.sleep(rule.delay_seconds)
+            if rule.fault in BEFORE:
+                return _before_commit(request, rule)
+
+        key = request.headers.get("Idempotency-Key")
+        if self.config.mode == "dedupe" and request.method == "POST" and key:
+            status, payload, ctype = await self._idempotent(request, key, body)
+        else:
+            status, payload, ctype = await self._forward(request, body)
+
+        if rule is not None and rule.fault in AFTER:
+            if rule.fault == "timeout_after_accept":
+                await asyncio.sleep(rule.delay_seconds)
+            elif rule.fault == "error_after_commit":
+                return _stripe_error(500, "api_error", "injected: error after commit")
+            else:
+                _drop(request)
+        return web.Response(status=status, body=payload, content_type=ctype)
+
+    async def _idempotent(self, request: web.Request, key: str, body: bytes) -> tuple[int, bytes, str]:
+        fingerprint = hashlib.sha256(f"{request.method} {request.path}\n".encode() + body).hexdigest()
+        saved = self._keys.get(key)
+        if saved is not None and time.time() - saved.created > KEY_TTL_SECONDS:
+            del self._keys[key]
+            saved = None
+        if saved is not None:
+            if saved.fingerprint != fingerprint:
+                self.stats["idempotency_mismatch"] += 1
+                return _error_tuple(400, "idempotency_error",
+                                    f"Keys for idempotent requests can only be used with the same parameters "
+                                    f"they were first used with. Try using a key other than '{key}'.")
+            if saved.status is None:
+                self.stats["idempotency_conflict"] += 1
+                return _error_tuple(409, "idempotency_error",
+                                    "There is currently another in-progress request using this idempotency key.")
+            self.stats["idempotency_replay"] += 1
+            return saved.status, saved.body, saved.content_type
+        saved = self._keys[key] = _Saved(fingerprint, time.time())
+        try:
+            status, payload, ctype = await self._forward(request, body)
+        except BaseException:
+            self._keys.pop(key, None)
+            raise
+        if status in (400, 401, 404, 409, 429):
+            self._keys.pop(key, None)  # Stripe saves nothing when the request never began executing
+        else:
+            saved.status, saved.body, saved.content_type = status, payload, ctype
+        return status, payload, ctype
+
+    async def _forward(self, request: web.Request, body: bytes) -> tuple[int, bytes, str]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        headers = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type")}
+        async with self._session.request(request.method, self.upstream + request.path_qs, data=body,
+                                         headers=headers) as upstream:
+            return upstream.status, await upstream.read(), upstream.content_type
+
+    async def _close(self, app: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _before_commit(request: web.Request, rule: Rule) -> web.StreamResponse:
+    if rule.fault == "drop_before_commit":
+        _drop(request)
+        return web.Response(status=500)
+    if rule.fault == "conflict_before_commit":
+        return _stripe_error(409, "idempotency_error", "injected: another request with this key is in progress")
+    return _stripe_error(500, "api_error", f"injected: {rule.fault}")
+
+
+def _drop(request: web.Request) -> None:
+    """Close the connection without an answer: the client sees a dropped connection."""
+    if request.transport is not None:
+        request.transport.abort()
+
+
+def _error_tuple(status: int, kind: str, message: str) -> tuple[int, bytes, str]:
+    return status, json.dumps({"error": {"type": kind, "message": message}}).encode(), "application/json"
+
+
+def _stripe_error(status: int, kind: str, message: str) -> web.Response:
+    code, payload, ctype = _error_tuple(status, kind, message)
+    return web.Response(status=code, body=payload, content_type=ctype)
