@@ -9,8 +9,8 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(PYTHON) -m pip install --upgrade pip
-	$(PYTHON) -m pip install -e '.[test]'
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -e '.[test]'
 	touch $@
 
 demo: $(VENV)/.installed
@@ -20,7 +20,7 @@ test: $(VENV)/.installed
 	$(PYTHON) -m pytest -q
 
 up: $(VENV)/.installed
-	@$(PYTHON) -m devstack up
+	@$(PYTHON) -m devstack up --worker
 
 down: $(VENV)/.installed
 	@$(PYTHON) -m devstack down

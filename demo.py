@@ -6,6 +6,7 @@ scenarios are done, so it leaves no process behind either way.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shutil
 import sys
@@ -15,9 +16,10 @@ from config import PROJECT_ROOT, Settings
 from core.scenarios import SCENARIOS
 from devstack.processes import StackError
 from devstack.stack import STRIPE_API_KEY, Stack
-from starter import StarterError, run_tasks, seed
+from starter import StarterError, cmd_compare, run_tasks, seed
 
 DATA_DIR = PROJECT_ROOT / ".local" / "demo"
+CLIENT_TIMEOUT = 2.0  # seconds; the injected "timeout after accept" answers one second later
 
 
 def settings_for(stack: Stack) -> Settings:
@@ -35,17 +37,28 @@ def run_scenarios(settings: Settings) -> list[dict]:
     return summaries
 
 
+def run_incident_2(settings: Settings) -> None:
+    """SU-88421's timeout after accept, through our refund tool and through a naive one."""
+    print("\n### incident 2: timeout after accept, our refund tool next to a naive one", flush=True)
+    for mode in ("dedupe", "passthrough"):
+        asyncio.run(cmd_compare(argparse.Namespace(name="SU-88421", fault="timeout-after-accept", edge_mode=mode),
+                                settings))
+
+
 def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(DATA_DIR, ignore_errors=True)  # each demo starts from an empty world
-    stack = Stack(data_dir=DATA_DIR, with_worker=True)
+    stack = Stack(data_dir=DATA_DIR)
     try:
         stack.start()
+        stack.start_worker(extra_env={"STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT)})
         print(f"Temporal {stack.address}, Web UI {stack.ui_url}, localstripe {stack.stripe_url}, data {DATA_DIR}")
-        summaries = run_scenarios(settings_for(stack))
+        settings = settings_for(stack).model_copy(update={"stripe_timeout_seconds": CLIENT_TIMEOUT})
+        summaries = run_scenarios(settings)
         print("\n== one effect per intent:")
         for s in summaries:
             counts = {kind: len(s["world"][kind]) for kind in ("refunds", "payments", "messages")}
             print(f"   {s['task_id']:<18} {s['state']:<10} {counts}")
+        run_incident_2(settings)
         if sys.stdin.isatty() and sys.stdout.isatty():
             print(f"\nWeb UI: {stack.ui_url}/namespaces/default/workflows  (Ctrl-C stops everything)", flush=True)
             threading.Event().wait()

@@ -2,6 +2,8 @@
 
     python starter.py scenario SU-88421            # run one scenario, show progress and the world
     python starter.py scenario INV-9 --json        # machine-readable summary
+    python starter.py scenario SU-88421 --fault timeout-after-accept --edge-mode passthrough
+    python starter.py compare SU-88421 --fault timeout-after-accept   # safe tool vs the naive one
     python starter.py batch 20                     # N generated refund tickets
     python starter.py status ticket-SU-88421       # the checkpoint of a task
     python starter.py seed                         # orders and payees at the provider
@@ -14,7 +16,7 @@ import asyncio
 import json
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import stripe
@@ -26,12 +28,15 @@ from temporalio.service import RPCError
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
+from activities.records import Records
+from activities.seed import seed_order, seed_scenarios
 from activities.world import World
 from config import Settings, load_settings
 from core.models import Checkpoint, TaskInput, TaskResult
 from core.names import WORKFLOW_NAME
-from core.scenarios import SCENARIOS, batch_ticket
+from core.scenarios import REFUND_SCENARIOS, SCENARIOS, batch_ticket
+from devstack.edge_control import FAULT_PRESETS, EdgeControl, preset
+from worker import build_worker
 
 
 _TASK_TIMEOUT = timedelta(seconds=3)  # a workflow task lost with a dead worker is retried in 3 s
@@ -106,6 +111,9 @@ def world_of(settings: Settings, task: TaskInput) -> dict[str, Any]:
 def print_report(settings: Settings, task: TaskInput, result: TaskResult, world: dict[str, Any]) -> None:
     print(f"\n== {task.task_id} ({task.scenario}): {result.state}")
     print(f"   model's answer: {result.final_answer}")
+    for name, step in result.checkpoint.steps.items():
+        if step.intent_key:
+            print(f"   {name}: " + "; ".join(step.trail))
     for refund in world["refunds"]:
         print(f"   provider refund  {refund['id']}  {refund['amount_cents'] / 100:.2f}  key {refund['intent_key']}")
     for payment in world["payments"]:
@@ -133,13 +141,68 @@ async def run_tasks(settings: Settings, tasks: list[TaskInput], as_json: bool) -
     return summaries
 
 
+def inject(settings: Settings, scenario: str, fault: str | None, mode: str) -> EdgeControl | None:
+    """Set the Stripe edge's mode and the fault on the scenario's first money request."""
+    if fault is None and mode == "dedupe":
+        return None
+    edge = EdgeControl(settings.stripe_api_base)
+    path = "/v1/payment_intents" if scenario == "INV-9" else "/v1/refunds"
+    try:
+        edge.configure(mode, preset(fault, path, settings.stripe_timeout_seconds) if fault else [])
+    except OSError as err:
+        raise StarterError(f"--fault and --edge-mode need the local Stripe edge at {settings.stripe_api_base} "
+                           f"(make up): {err}") from None
+    return edge
+
+
+def print_faults(edge: EdgeControl | None) -> None:
+    if edge is not None:
+        injected = {k.removeprefix("fault:"): v for k, v in edge.stats().items() if k.startswith("fault:")}
+        print(f"   faults injected at the Stripe edge: {injected or 'none'}")
+
+
 async def cmd_scenario(args: argparse.Namespace, settings: Settings) -> int:
     options = {"repeat_effects": args.repeat_effects} if args.repeat_effects else {}
     task = SCENARIOS[args.name](**options)
     seed(settings)
+    edge = inject(settings, args.name, args.fault, args.edge_mode)
     summaries = await run_tasks(settings, [task], args.json)
     if args.json:
         print(json.dumps(summaries[0], indent=2))
+    else:
+        print_faults(edge)
+    return 0
+
+
+async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
+    """The same fault through our refund tool and through a naive one (uuid4 key, "refund failed")."""
+    order_id, build = REFUND_SCENARIOS[args.name]
+    run_id = datetime.now(timezone.utc).strftime("%H%M%S")
+    seed(settings)
+    gateway, records = gateway_for(settings), Records(Database(settings.agent_db_path))
+    base = records.order(order_id).order
+    rows = []
+    client = await connect(settings)
+    for tool in ("safe", "unsafe"):
+        order = base.model_copy(update={"order_id": f"{order_id}-{tool[0].upper()}{run_id}"})
+        seed_order(records, gateway, order)
+        task = build(order_id=order.order_id)
+        edge = inject(settings, args.name, args.fault, args.edge_mode)
+        queue = settings.task_queue if tool == "safe" else f"{settings.task_queue}-unsafe"
+        if tool == "safe":
+            result = await follow(await start_task(client, settings, task), show=False)
+        else:
+            unsafe = settings.model_copy(update={"refund_tool": "unsafe"})
+            async with build_worker(client, unsafe, queue):
+                result = await follow(await start_task(client, unsafe.model_copy(update={"task_queue": queue}),
+                                                       task), show=False)
+        refunds = World(Database(settings.agent_db_path), gateway).refunds(order.order_id)
+        rows.append((tool, task.task_id, result, refunds, edge.stats() if edge else {}))
+    print(f"{args.fault or 'no fault'}, provider {'dedupes' if args.edge_mode == 'dedupe' else 'ignores'} keys")
+    for tool, task_id, result, refunds, stats in rows:
+        paid = sum(r["amount_cents"] for r in refunds) / 100
+        print(f"  {tool:<7} {task_id:<28} provider refunds: {len(refunds)} ({paid:.2f})   "
+              f"model told: {result.checkpoint.steps['issue_refund'].trail}")
     return 0
 
 
@@ -172,6 +235,13 @@ async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def add_fault_options(p: argparse.ArgumentParser, default_fault: str | None = None) -> None:
+    p.add_argument("--fault", choices=FAULT_PRESETS, default=default_fault,
+                   help="inject this fault on the first money request at the local Stripe edge")
+    p.add_argument("--edge-mode", choices=["dedupe", "passthrough"], default="dedupe",
+                   help="the edge honours idempotency keys as Stripe does (dedupe) or ignores them")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="Start agent tasks and show what they did.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -180,7 +250,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--repeat-effects", type=int, default=0, metavar="N",
                    help="the model asks again N times for each money effect already done")
     s.add_argument("--json", action="store_true")
+    add_fault_options(s)
     s.set_defaults(run=cmd_scenario)
+    c = sub.add_parser("compare", help="run a refund scenario through our tool and a naive one, same fault")
+    c.add_argument("name", choices=sorted(REFUND_SCENARIOS))
+    add_fault_options(c, default_fault="timeout-after-accept")
+    c.set_defaults(run=cmd_compare)
     b = sub.add_parser("batch", help="run N generated refund tickets")
     b.add_argument("count", type=int)
     b.add_argument("--json", action="store_true")

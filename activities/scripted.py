@@ -97,7 +97,7 @@ def _summary(steps: list[PlanStep], done: Results) -> str:
 
 
 def _ids(brief: str, prefix: str) -> list[str]:
-    return re.findall(rf"\b{prefix}-\d+\b", brief)
+    return re.findall(rf"\b{prefix}-\d+(?:-[A-Za-z0-9]+)?\b", brief)
 
 
 def _order(results: Results) -> dict[str, Any]:

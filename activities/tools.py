@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Callable
 
 import stripe
@@ -133,7 +134,7 @@ class ToolActivities:
         try:
             refund = self._gateway.refund(pi, args.amount_cents, key, metadata)
         except _AMBIGUOUS as err:
-            return self._verify_after(call, f"{type(err).__name__}: {err}", lambda: self._gateway.find_refund(pi, key))
+            return self._verify_after(call, describe(err), lambda: self._gateway.find_refund(pi, key))
         except stripe.StripeError as err:
             return self._definitely_not(call, "provider_rejected", str(err.user_message or err), False)
         crash_point("issue_refund:after_provider")
@@ -167,8 +168,7 @@ class ToolActivities:
         try:
             payment = self._gateway.charge(payee_ref, args.amount_cents, args.currency, metadata, key)
         except _AMBIGUOUS as err:
-            return self._verify_after(call, f"{type(err).__name__}: {err}",
-                                      lambda: self._gateway.find_payment(payee_ref, key))
+            return self._verify_after(call, describe(err), lambda: self._gateway.find_payment(payee_ref, key))
         except stripe.StripeError as err:
             return self._definitely_not(call, "provider_rejected", str(err.user_message or err), False)
         crash_point("send_payment:after_provider")
@@ -208,7 +208,7 @@ class ToolActivities:
         try:
             return lookup()
         except stripe.StripeError as err:
-            return self._give_up_or_retry(call, "unverifiable", f"{why}; the lookup failed: {type(err).__name__}")
+            return self._give_up_or_retry(call, "unverifiable", f"{why}; the lookup failed: {describe(err)}")
 
     def _give_up_or_retry(self, call: ToolInput, reason: str, message: str) -> ToolResult:
         """Let Temporal retry (the next attempt verifies first); on the last attempt, answer unknown."""
@@ -288,6 +288,14 @@ class ToolActivities:
         outcome = Outcome.PERFORMED if (sent_now or mine) else Outcome.ALREADY_PERFORMED
         return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=_attempt(),
                           data={"recipient": recipient, "kind": kind})
+
+
+def describe(err: stripe.StripeError) -> str:
+    """A short name for a provider error: `ReadTimeout`, `APIError 500`."""
+    network = re.search(r"Network error: (\w+)", str(err))
+    if network:
+        return network.group(1)
+    return f"{type(err).__name__} {err.http_status}" if err.http_status else type(err).__name__
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:

@@ -56,22 +56,22 @@ INVOICES = {
 }
 
 
-def su_88421(**model_options) -> TaskInput:
+def su_88421(order_id: str = "SU-88421", **model_options) -> TaskInput:
     return TaskInput(
-        task_id="ticket-SU-88421", scenario="SU-88421",
-        brief=("Support ticket SU-88421: the buyer received the 4-shelf oak unit broken and asks for a "
+        task_id=f"ticket-{order_id}", scenario="SU-88421",
+        brief=(f"Support ticket {order_id}: the buyer received the 4-shelf oak unit broken and asks for a "
                "refund. Check the order and the policy, refund the item, tell the seller, book the "
                "return pickup and tell the customer."),
-        facts={"order_id": "SU-88421"}, model_options=model_options,
+        facts={"order_id": order_id}, model_options=model_options,
     )
 
 
-def refund_8841(**model_options) -> TaskInput:
+def refund_8841(order_id: str = "ORD-8841", **model_options) -> TaskInput:
     return TaskInput(
-        task_id="refund-8841", scenario="refund-8841",
-        brief=("Refund request for order ORD-8841: the kettle arrived dented. Look up the order, refund "
+        task_id="refund-8841" if order_id == "ORD-8841" else f"refund-{order_id}", scenario="refund-8841",
+        brief=(f"Refund request for order {order_id}: the kettle arrived dented. Look up the order, refund "
                "the kettle, write the confirmation on the order and notify the customer."),
-        facts={"order_id": "ORD-8841", "item_id": "kettle-01"}, model_options=model_options,
+        facts={"order_id": order_id, "item_id": "kettle-01"}, model_options=model_options,
     )
 
 
@@ -84,6 +84,7 @@ def invoice_inv_9(**model_options) -> TaskInput:
 
 
 SCENARIOS = {"SU-88421": su_88421, "refund-8841": refund_8841, "INV-9": invoice_inv_9}
+REFUND_SCENARIOS = {"SU-88421": ("SU-88421", su_88421), "refund-8841": ("ORD-8841", refund_8841)}
 
 
 def batch_order(n: int) -> Order:

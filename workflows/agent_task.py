@@ -206,6 +206,8 @@ def _trail_line(ask: int, result: ToolResult) -> str:
     line = f"ask {ask}: {result.outcome or ('error' if result.reason else 'ok')}"
     if result.reason:
         line += f" ({result.reason})"
+    elif result.message and result.outcome not in SETTLED:
+        line += f" ({result.message})"
     if result.attempt > 1:
         line += f" after {result.attempt} attempts"
     if result.message == _JOURNAL_NOTE:
