@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     model_backend: str = "scripted"
     refund_tool: Literal["safe", "unsafe"] = "safe"
     temporal_ui_url: str = "http://127.0.0.1:8233"
+    alert_webhook_url: str | None = None
+    alert_webhook_token: SecretStr | None = None
+    escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
+    approvers: str = Field(default="", description="comma-separated; empty: anyone may decide")
+
+    @property
+    def approver_list(self) -> list[str]:
+        return [a.strip() for a in self.approvers.split(",") if a.strip()]
 
 
 def load_settings() -> Settings:

@@ -73,6 +73,8 @@ async def start_task(client: Client, settings: Settings, task: TaskInput) -> Wor
     A completed task is never run again by a plain start (redrive is explicit); a failed or
     terminated one may be, and its intent keys make the done steps come back already_performed.
     """
+    task = task.model_copy(update={"escalation_timeout_seconds": settings.escalation_timeout_seconds,
+                                   "approvers": task.approvers or settings.approver_list})
     try:
         return await client.start_workflow(
             WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,

@@ -14,6 +14,7 @@ from temporalio.worker import Worker
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
 from activities.interceptors import WorkerInterceptor
+from activities.operations import OperationsActivities
 from activities.records import Records
 from activities.unsafe import UnsafeRefund
 from config import Settings, load_settings
@@ -47,11 +48,13 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         unsafe = UnsafeRefund(Records(db), gateway)
         activities = [a for a in activities if a.__name__ != "issue_refund"] + [unsafe.issue_refund]
     model = ModelActivities(settings.model_backend)
+    token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
+    operations = OperationsActivities(db, settings.alert_webhook_url, token)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=[AgentTaskWorkflow],
-        activities=[*activities, model.model_turn],
+        activities=[*activities, *operations.activities(), model.model_turn],
         interceptors=[WorkerInterceptor()],
         max_concurrent_activities=100,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),

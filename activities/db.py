@@ -46,6 +46,25 @@ CREATE TABLE IF NOT EXISTS outbox (
     body       TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS alerts (
+    alert_key  TEXT PRIMARY KEY,
+    task_id    TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    reason     TEXT NOT NULL,
+    intent_key TEXT,
+    summary    TEXT NOT NULL,
+    delivered  TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    task_id     TEXT NOT NULL,
+    run_id      TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    checkpoint  TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    redriven_at REAL,
+    PRIMARY KEY (task_id, run_id)
+);
 CREATE TABLE IF NOT EXISTS confirmations (
     task_id    TEXT NOT NULL,
     order_id   TEXT NOT NULL,

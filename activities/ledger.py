@@ -42,6 +42,7 @@ class Claim:
     effect: Effect
     fresh: bool
     previous_status: str | None
+    previous_owner: str | None
 
 
 class EffectLedger:
@@ -59,12 +60,13 @@ class EffectLedger:
             ).rowcount == 1
             row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
             previous = None if inserted else row["status"]
+            previous_owner = None if inserted else row["owner"]
             if not inserted and row["status"] != "performed" and row["lease_until"] <= now:
                 conn.execute(
                     "UPDATE effects SET status = 'intent', owner = ?, lease_until = ?, updated_at = ? "
                     "WHERE intent_key = ?", (owner, now + lease_seconds, now, key))
                 row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
-        return Claim(Effect.from_row(row), inserted, previous)
+        return Claim(Effect.from_row(row), inserted, previous, previous_owner)
 
     def performed(self, key: str, provider_ref: str, amount_cents: int | None, detail: dict[str, Any]) -> None:
         self._set(key, "performed", provider_ref, amount_cents, detail)

@@ -47,6 +47,8 @@ class ScriptedModel:
                 continue
             if last.get("retryable") and len(step_asks) < MAX_ASKS:
                 return _call(step, done, len(step_asks) + 1)
+            if last.get("reason") == "rejected_by_human":
+                return ModelReply(content=f"A human rejected {step.tool}: {last.get('message', '')}. Nothing was done.")
             return _escalate(asks, results, step, last)
         return ModelReply(content=_summary(steps, done))
 

@@ -17,7 +17,6 @@ from activities.payments import StripeGateway
 from activities.records import Records, send_once, upsert_confirmation
 from core.models import Outcome, ToolInput, ToolResult
 from core.tools import (
-    EscalateArgs,
     GetOrderArgs,
     IssueRefundArgs,
     LookupInvoiceArgs,
@@ -55,7 +54,7 @@ class ToolActivities:
     def activities(self) -> list[Callable]:
         return [self.get_order, self.search_policy, self.lookup_invoice, self.issue_refund,
                 self.write_confirmation, self.notify_customer, self.message_seller, self.schedule_pickup,
-                self.send_payment, self.send_email, self.escalate_to_human]
+                self.send_payment, self.send_email]
 
     # --- reads -------------------------------------------------------------------------
 
@@ -125,12 +124,15 @@ class ToolActivities:
         if args.amount_cents > order.paid_cents - refunded:
             return self._definitely_not(call, "exceeds_refundable",
                                         f"paid {order.paid_cents}, already refunded {refunded} cents", False)
-        if args.amount_cents > self._ceiling:
+        approved = call.approval is not None and call.approval.intent_key == key
+        if args.amount_cents > self._ceiling and not approved:
             return self._definitely_not(call, "approval_required",
                                         f"{args.amount_cents} cents is over the {self._ceiling} cents ceiling", False)
 
         crash_point("issue_refund:before_provider")
         metadata = {"task_id": call.task_id, "order_id": order.order_id, "item_id": item.item_id}
+        if approved:
+            metadata["approved_by"] = call.approval.decided_by
         try:
             refund = self._gateway.refund(pi, args.amount_cents, key, metadata)
         except _AMBIGUOUS as err:
@@ -188,7 +190,10 @@ class ToolActivities:
         if isinstance(found, ToolResult):
             return found
         if found is not None:
-            return self._performed(call, found.id, found.amount, {"status": found.status, "verified_by": "lookup"})
+            result = self._performed(call, found.id, found.amount, {"status": found.status, "verified_by": "lookup"})
+            if claim.previous_owner != _owner():
+                result.outcome = Outcome.ALREADY_PERFORMED  # an earlier run or ask did it, not this call
+            return result
         if effect.owner != _owner():
             return self._give_up_or_retry(call, "in_flight", "another attempt holds this intent and may be sending it")
         return None
@@ -274,11 +279,6 @@ class ToolActivities:
     async def send_email(self, call: ToolInput) -> ToolResult:
         args = SendEmailArgs.model_validate(call.arguments)
         return await self._send(call, "email", args.to, args.subject, args.body)
-
-    @activity.defn(name="escalate_to_human")
-    async def escalate_to_human(self, call: ToolInput) -> ToolResult:
-        args = EscalateArgs.model_validate(call.arguments)
-        return await self._send(call, "escalation", "operators", f"Task {call.task_id} needs a human", args.reason)
 
     async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str) -> ToolResult:
         key = _require_key(call)

@@ -66,6 +66,89 @@ class TaskInput(BaseModel):
     facts: dict[str, str] = Field(default_factory=dict)
     max_turns: int = 40
     model_options: dict[str, Any] = Field(default_factory=dict)
+    escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
+    max_asks_per_call: int = Field(default=3, gt=0, description="asks of one intent before a human decides")
+    approvers: list[str] = Field(default_factory=list, description="who may decide; empty means anyone")
+    redrive_of: str | None = None
+
+
+Decision = Literal["approve", "reject", "mark_performed", "mark_not_performed", "abort"]
+EscalationReason = Literal["unknown_outcome", "approval_required", "attempts_exhausted", "model_request"]
+
+
+class ResolveInput(BaseModel):
+    """A human decision on the one call named by its intent key."""
+
+    intent_key: str = Field(min_length=1)
+    decision: Decision
+    decided_by: str = Field(min_length=1)
+    note: str = ""
+    provider_ref: str | None = Field(default=None, description="required by mark_performed")
+
+
+class DecisionReceipt(BaseModel):
+    intent_key: str
+    decision: Decision
+    decided_by: str
+    state: str
+
+
+class DecisionRecord(BaseModel):
+    """Every decision received, applied or not, with who sent it."""
+
+    received_at: str
+    status: Literal["applied", "ignored", "refused"]
+    why: str | None = None
+    decision: ResolveInput | None = None
+    raw: str | None = None
+
+
+class Escalation(BaseModel):
+    """What the task waits for: one call, the reason, the decisions that apply."""
+
+    intent_key: str
+    tool: str
+    arguments: dict[str, Any]
+    reason: EscalationReason
+    detail: str
+    since: str
+    deadline: str
+    allowed: list[Decision]
+
+
+class Approval(BaseModel):
+    intent_key: str
+    decided_by: str
+
+
+class AlertInput(BaseModel):
+    alert_key: str
+    task_id: str
+    kind: Literal["escalation", "dead_letter"]
+    reason: str
+    intent_key: str | None = None
+    summary: str
+    checkpoint: dict[str, Any] = Field(default_factory=dict)
+
+
+class DeadLetterInput(BaseModel):
+    task_id: str
+    run_id: str
+    reason: str
+    checkpoint: dict[str, Any]
+
+
+class SettleInput(BaseModel):
+    """A human's word on an intent's fate, written to the ledger."""
+
+    task_id: str
+    tool: str
+    intent_key: str
+    arguments: dict[str, Any]
+    status: Literal["performed", "not_performed"]
+    provider_ref: str | None = None
+    decided_by: str
+    note: str = ""
 
 
 class ModelTurnInput(BaseModel):
@@ -83,12 +166,13 @@ class ModelReply(BaseModel):
 
 
 class ToolInput(BaseModel):
-    """What a tool activity receives: validated arguments plus the intent key."""
+    """What a tool activity receives: validated arguments, the intent key, any approval."""
 
     task_id: str
     tool: str
     arguments: dict[str, Any]
     intent_key: str | None = None
+    approval: "Approval | None" = None
 
 
 class ToolResult(BaseModel):
@@ -131,7 +215,10 @@ class Checkpoint(BaseModel):
     turns: int = 0
     steps: dict[str, Step] = Field(default_factory=dict)
     final_answer: str | None = None
-    waiting_for: str | None = None
+    waiting_for: Escalation | None = None
+    escalations: int = 0
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    dead_letter_reason: str | None = None
     updated_at: str | None = None
 
 
@@ -140,3 +227,6 @@ class TaskResult(BaseModel):
     state: TaskState
     final_answer: str | None
     checkpoint: Checkpoint
+
+
+ToolInput.model_rebuild()

@@ -20,7 +20,7 @@ from core.models import Outcome, TaskResult
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import Stack
 from tests.conftest import running_worker
-from tests.helpers import run, scenario_task, start
+from tests.helpers import run, scenario_task, start, waiting
 
 MODES = ["dedupe", "passthrough"]
 TIMEOUT = 1.0
@@ -110,15 +110,16 @@ async def test_negative_control_unsafe_tool_pays_twice(mode, client: Client, fas
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800, 11800]
 
 
+# fault -> (the first ask's outcome, answers until settled); unknown outcomes wait for a human
 FAULTS = {
     "timeout-after-accept": (Outcome.PERFORMED, 1),
     "error-after-commit": (Outcome.PERFORMED, 1),
     "drop-after-commit": (Outcome.PERFORMED, 1),
-    "error-before-commit": (Outcome.PERFORMED, 2),
-    "drop-before-commit": (Outcome.PERFORMED, 2),
+    "error-before-commit": (Outcome.NOT_PERFORMED, 2),
+    "drop-before-commit": (Outcome.NOT_PERFORMED, 2),
     "conflict-before-commit": (Outcome.PERFORMED, 1),
-    "unverifiable": (Outcome.UNKNOWN, 1),
-    "slow-lookup": (Outcome.UNKNOWN, 1),
+    "unverifiable": (Outcome.UNKNOWN, 2),
+    "slow-lookup": (Outcome.UNKNOWN, 2),
 }
 
 
@@ -139,21 +140,29 @@ async def test_every_fault_ends_in_an_honest_outcome_and_never_pays_twice(
     money_path = "/v1/refunds" if scenario == "SU-88421" else "/v1/payment_intents"
     edge.configure(mode, fault_rules(fault, money_path))
     task = scenario_task(scenario)
+    tool = "issue_refund" if scenario == "SU-88421" else "send_payment"
+    outcome, asks = FAULTS[fault]
     async with running_worker(client, fast):
-        result = await run(client, fast, task)
-    edge.configure(mode)  # lift the rules so the test itself can read the provider
+        handle = await start(client, fast, task)
+        if outcome is Outcome.UNKNOWN:
+            cp = await waiting(handle)
+            step = cp.steps[tool]
+            assert step.status == "unknown" and cp.waiting_for.reason == "unknown_outcome"
+            assert cp.waiting_for.intent_key == step.intent_key
+            edge.configure(mode)  # lift the rules so the test itself can read the provider
+            assert [e["status"] for e in world.effects(task.task_id) if e["tool"] == tool] == ["unknown"]
+            provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")
+            await handle.signal("resolve", {"intent_key": step.intent_key, "decision": "mark_performed",
+                                            "decided_by": "ops@example.com", "provider_ref": provider[0]["id"]})
+        result = await handle.result()
+    edge.configure(mode)
     provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")
     assert len(provider) == 1, provider
-    step = result.checkpoint.steps["issue_refund" if scenario == "SU-88421" else "send_payment"]
-    outcome, asks = FAULTS[fault]
-    assert step.outcome is outcome, step.trail
+    step = result.checkpoint.steps[tool]
     assert len(step.trail) == asks, step.trail
-    if outcome is Outcome.UNKNOWN:
-        assert step.status == "unknown"
-        assert [e["status"] for e in world.effects(task.task_id) if e["intent_key"] == step.intent_key] == ["unknown"]
-        assert "escalate_to_human" in result.checkpoint.steps
-    else:
-        assert_ledger_matches_provider(world, task.task_id, provider)
+    assert step.trail[0].startswith(f"ask 1: {outcome.value}"), step.trail
+    assert step.outcome is Outcome.PERFORMED, step.trail
+    assert_ledger_matches_provider(world, task.task_id, provider)
 
 
 async def test_invoice_paid_once_when_worker_dies_after_provider_accepted(

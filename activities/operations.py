@@ -1,0 +1,105 @@
+"""Alerts, dead letters and human decisions: how a task that needs people reaches them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import aiohttp
+from temporalio import activity
+
+from activities.db import Database
+from core.models import AlertInput, DeadLetterInput, SettleInput
+
+log = logging.getLogger("agent.alerts")
+
+
+class OperationsActivities:
+    """`webhook_url` and `webhook_token` come from the worker's environment, never from history."""
+
+    def __init__(self, db: Database, webhook_url: str | None = None, webhook_token: str | None = None) -> None:
+        self._db = db
+        self._url = webhook_url
+        self._token = webhook_token
+
+    def activities(self) -> list:
+        return [self.raise_alert, self.store_dead_letter, self.record_human_decision]
+
+    @activity.defn(name="raise_alert")
+    async def raise_alert(self, alert: AlertInput) -> str:
+        """POST to the webhook when one is configured, else a structured log line; always a row."""
+        if self._url:
+            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+            body = alert.model_dump(mode="json")
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+                async with session.post(self._url, json=body, headers=headers) as response:
+                    response.raise_for_status()
+            delivered = "webhook"
+        else:
+            log.warning(json.dumps({"alert": alert.kind, "task_id": alert.task_id, "reason": alert.reason,
+                                    "intent_key": alert.intent_key, "summary": alert.summary}))
+            delivered = "log"
+        await asyncio.to_thread(self._store_alert, alert, delivered)
+        return delivered
+
+    def _store_alert(self, alert: AlertInput, delivered: str) -> None:
+        with self._db.connect() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO alerts (alert_key, task_id, kind, reason, intent_key, summary, delivered,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (alert.alert_key, alert.task_id, alert.kind, alert.reason, alert.intent_key, alert.summary,
+                 delivered, time.time()))
+
+    @activity.defn(name="store_dead_letter")
+    async def store_dead_letter(self, letter: DeadLetterInput) -> None:
+        await asyncio.to_thread(self._store_dead_letter, letter)
+
+    def _store_dead_letter(self, letter: DeadLetterInput) -> None:
+        with self._db.connect() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO dead_letters (task_id, run_id, reason, checkpoint, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (letter.task_id, letter.run_id, letter.reason, json.dumps(letter.checkpoint), time.time()))
+
+    @activity.defn(name="record_human_decision")
+    async def record_human_decision(self, settle: SettleInput) -> None:
+        await asyncio.to_thread(self._settle, settle)
+
+    def _settle(self, settle: SettleInput) -> None:
+        now = time.time()
+        detail = json.dumps({"decided_by": settle.decided_by, "note": settle.note, "source": "human"})
+        with self._db.connect() as conn:
+            conn.execute(
+                "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, provider_ref, detail,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(intent_key) DO UPDATE SET status = excluded.status,"
+                " provider_ref = COALESCE(excluded.provider_ref, effects.provider_ref), detail = excluded.detail,"
+                " lease_until = 0, updated_at = excluded.updated_at",
+                (settle.intent_key, settle.task_id, settle.tool, json.dumps(settle.arguments, sort_keys=True),
+                 settle.status, f"human:{settle.decided_by}", settle.provider_ref, detail, now, now))
+
+
+def dead_letters(db: Database, task_id: str | None = None) -> list[dict[str, Any]]:
+    with db.connect() as conn:
+        sql, params = "SELECT * FROM dead_letters", ()
+        if task_id:
+            sql, params = sql + " WHERE task_id = ?", (task_id,)
+        rows = conn.execute(sql + " ORDER BY created_at", params).fetchall()
+    return [{**dict(r), "checkpoint": json.loads(r["checkpoint"])} for r in rows]
+
+
+def alerts(db: Database, task_id: str | None = None) -> list[dict[str, Any]]:
+    with db.connect() as conn:
+        sql, params = "SELECT * FROM alerts", ()
+        if task_id:
+            sql, params = sql + " WHERE task_id = ?", (task_id,)
+        return [dict(r) for r in conn.execute(sql + " ORDER BY created_at", params).fetchall()]
+
+
+def mark_redriven(db: Database, task_id: str) -> None:
+    with db.connect() as conn:
+        conn.execute("UPDATE dead_letters SET redriven_at = ? WHERE task_id = ? AND redriven_at IS NULL",
+                     (time.time(), task_id))
