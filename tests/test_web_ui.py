@@ -1,0 +1,180 @@
+"""A human approves a refund in the Temporal Web UI, in a real headless browser.
+
+Its own stack with the Web UI (not the session's headless one) and a worker process whose approval
+ceiling (100.00) is below the SU-88421 refund (118.00), so the task stops at `awaiting_human`. The
+browser finds the task through the AgentStatus search attribute, opens it, sends the `resolve`
+signal from "More Actions" > "Send a Signal", and the task completes with one refund.
+
+Debian's chromium (/usr/bin/chromium, installed by `make test`) is driven by Playwright; nothing is
+downloaded at run time. On failure a screenshot and the page's HTML are left in tmp_path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from playwright.async_api import Page, async_playwright, expect
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.db import Database
+from activities.payments import StripeGateway
+from activities.seed import seed_scenarios
+from activities.world import World
+from config import Settings
+from devstack.stack import STRIPE_API_KEY, Stack
+from starter import start_task
+from tests.helpers import checkpoint, scenario_task, waiting
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--disable-quic", "--no-first-run",
+]
+CEILING_CENTS = 10_000  # below the 11800 cents SU-88421 refunds: a human must approve
+OPERATOR = "ui-operator@example.com"
+
+
+@pytest.fixture
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: this test drives Debian's chromium. "
+                    "`make test` installs it; by hand: apt-get install -y chromium", pytrace=False)
+    return CHROMIUM
+
+
+@pytest.fixture
+def ui_stack(tmp_path: Path) -> Iterator[Stack]:
+    """Temporal with its Web UI, localstripe and one worker process, all on free ports."""
+    with Stack.for_tests(tmp_path / "stack", headless=False) as stack:
+        stack.start_worker(stack.log_file("worker"),
+                           extra_env={"APPROVAL_CEILING_CENTS": str(CEILING_CENTS)})
+        yield stack
+
+
+@pytest.fixture
+def ui_settings(ui_stack: Stack) -> Settings:
+    return Settings(temporal_address=ui_stack.address, task_queue=ui_stack.task_queue,
+                    stripe_api_base=ui_stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
+                    agent_db_path=ui_stack.agent_db)
+
+
+@pytest.fixture
+def ui_world(ui_settings: Settings) -> World:
+    db = Database(ui_settings.agent_db_path)
+    gateway = StripeGateway(STRIPE_API_KEY, ui_settings.stripe_api_base, 10.0)
+    seed_scenarios(db, gateway)
+    return World(db, gateway)
+
+
+async def open_in_list(page: Page, ui_url: str, workflow_id: str, timeout: float = 60.0) -> None:
+    """Open the workflow list filtered on AgentStatus="awaiting_human" and click the task's id.
+
+    Visibility is eventually consistent: reload until the row shows up or the deadline passes.
+    """
+    query = urllib.parse.quote('AgentStatus="awaiting_human"', safe="")
+    url = f"{ui_url}/namespaces/default/workflows?query={query}"
+    link = page.get_by_role("link", name=workflow_id, exact=True)
+    row = page.get_by_role("row").filter(has=link)
+    deadline = time.monotonic() + timeout
+    await page.goto(url, wait_until="domcontentloaded")
+    while True:
+        try:
+            await expect(row).to_be_visible(timeout=5_000)
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{workflow_id} did not appear in the list for "
+                                     f'AgentStatus="awaiting_human" within {timeout:.0f}s') from None
+            await page.reload(wait_until="domcontentloaded")
+    await expect(row).to_contain_text(re.compile("running", re.IGNORECASE))
+    await link.click()
+
+
+async def send_resolve_signal(page: Page, payload: dict) -> None:
+    """More Actions > Send a Signal; custom signal name `resolve`, one JSON payload; Submit."""
+    await page.get_by_role("button", name="More Actions").click()
+    await page.get_by_role("menuitem", name="Send a Signal").click()
+    dialog = page.get_by_role("dialog", name="Send a Signal")
+    await expect(dialog).to_be_visible()
+    # The signal picker (a listbox: "Custom" plus the names the worker reports); Custom always exists.
+    await dialog.get_by_test_id("signal-select-button").click()
+    await dialog.get_by_role("option", name="Custom").click()
+    await dialog.get_by_role("textbox", name="Signal name").fill("resolve")
+    # The Data editor (CodeMirror) pretty-prints its JSON on blur; the dialog then grows. Typing it
+    # already pretty-printed and blurring without the mouse keeps a click from landing on a button
+    # that moved between mousedown and mouseup (or on the backdrop, which closes the dialog).
+    data = dialog.get_by_role("textbox", name="Data")
+    await data.fill(json.dumps(payload, indent=2))
+    await data.blur()
+    assert json.loads(await data.inner_text()) == payload
+    submit = dialog.get_by_role("button", name="Submit")
+    await expect(submit).to_be_enabled()
+    await submit.click()
+    await expect(dialog).to_be_hidden()
+    await expect(page.get_by_test_id("toast-live-region-polite")).to_contain_text("Workflow signaled")
+
+
+async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui_settings: Settings,
+                                             ui_world: World, tmp_path: Path) -> None:
+    client = await Client.connect(ui_stack.address, data_converter=pydantic_data_converter)
+    task = scenario_task("SU-88421")
+    handle = await start_task(client, ui_settings, task)
+    cp = await waiting(handle)
+    assert cp.waiting_for is not None
+    assert (cp.waiting_for.tool, cp.waiting_for.reason) == ("issue_refund", "approval_required")
+    assert ui_world.refunds("SU-88421") == []
+    key = cp.waiting_for.intent_key
+    payload = {"intent_key": key, "decision": "approve", "decided_by": OPERATOR,
+               "note": "approved in the Web UI"}
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
+        page = await browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(30_000)
+        try:
+            await open_in_list(page, ui_stack.ui_url, handle.id)
+            await page.wait_for_url(f"**/workflows/{handle.id}/**", wait_until="domcontentloaded")
+            await expect(page.get_by_role("heading", level=1)).to_contain_text(handle.id)
+            status = page.get_by_test_id("execution-status")
+            await expect(status).to_have_text(re.compile("running", re.IGNORECASE))
+
+            await send_resolve_signal(page, payload)
+
+            result = await asyncio.wait_for(handle.result(), timeout=60)
+            assert result.state == "completed", result
+
+            # The history is read from the server on a fresh load (no visibility lag).
+            await page.reload(wait_until="domcontentloaded")
+            await expect(status).to_have_text(re.compile("completed", re.IGNORECASE))
+        except BaseException as err:
+            shot = tmp_path / "web-ui-failure.png"
+            try:
+                await page.screenshot(path=str(shot), full_page=True)
+                (tmp_path / "web-ui-failure.html").write_text(await page.content())
+                err.add_note(f"screenshot: {shot}; page: {page.url}; worker log: {ui_stack.log_file('worker')}")
+            except Exception as shot_err:  # the browser may be what failed
+                err.add_note(f"no screenshot: {shot_err}")
+            raise
+        finally:
+            await browser.close()
+
+    refunds = ui_world.refunds("SU-88421")
+    assert len(refunds) == 1, refunds
+    assert refunds[0]["amount_cents"] == 11_800
+    assert refunds[0]["intent_key"] == key
+    final = await checkpoint(handle)
+    assert final.state == "completed"
+    assert len(final.decisions) == 1, final.decisions
+    record = final.decisions[0]
+    assert record.status == "applied", record
+    assert record.decision is not None
+    assert (record.decision.decided_by, record.decision.decision, record.decision.intent_key) == (
+        OPERATOR, "approve", key)
