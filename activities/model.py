@@ -8,6 +8,7 @@ from temporalio.exceptions import ApplicationError
 from activities.scripted import ScriptedModel
 from core.models import ModelReply, ModelTurnInput
 from core.names import MODEL_TURN_ACTIVITY
+from core.tools import REGISTRY
 
 
 class ModelActivities:
@@ -18,4 +19,5 @@ class ModelActivities:
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, turn: ModelTurnInput) -> ModelReply:
-        return self._backend.reply(turn)
+        schemas = [REGISTRY[name].schema() for name in turn.tools if name in REGISTRY]
+        return self._backend.reply(turn, schemas)

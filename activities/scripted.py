@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolCall
+from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolCall, ToolSchema
 
 Results = dict[str, dict[str, Any]]
 MAX_ASKS = 3
@@ -27,7 +27,9 @@ class PlanStep:
 
 
 class ScriptedModel:
-    def reply(self, turn: ModelTurnInput) -> ModelReply:
+    def reply(self, turn: ModelTurnInput, schemas: list[ToolSchema] | None = None) -> ModelReply:
+        if turn.scenario == "long-run":
+            return _long_run(turn)
         asks, results = _read_transcript(turn.messages)
         brief = next((m.content for m in turn.messages if m.role == "user"), "")
         steps = _plan(turn.scenario, brief, turn.model_options)
@@ -161,3 +163,21 @@ def _plan(scenario: str, brief: str, options: dict[str, Any]) -> list[PlanStep]:
     steps.append(PlanStep("notify", "notify_customer", lambda r: {
         "order_id": order_id, "message": f"Your refund of {refunded(r)} is on its way to your card."}))
     return steps
+
+
+def _long_run(turn: ModelTurnInput) -> ModelReply:
+    """A long task: a refund, many policy checks, the same refund asked again, a final answer.
+
+    It decides from the turn number and the ticket, not from old tool results, since a long
+    transcript reaches the model only as a bounded window.
+    """
+    turns = int(turn.model_options.get("turns", 100))
+    refund = {"order_id": "ORD-8841", "item_id": "kettle-01", "amount_cents": 4500, "currency": "usd",
+              "reason": "arrived dented"}
+    if turn.turn >= turns:
+        return ModelReply(content=f"Done after {turn.turn} turns.")
+    if turn.turn in (1, turns - 1):
+        return ModelReply(tool_calls=[ToolCall(id=f"t{turn.turn}", name="issue_refund",
+                                               arguments=json.dumps(refund))])
+    return ModelReply(tool_calls=[ToolCall(id=f"t{turn.turn}", name="search_policy",
+                                           arguments=json.dumps({"query": f"check {turn.turn}"}))])

@@ -70,6 +70,10 @@ class TaskInput(BaseModel):
     max_asks_per_call: int = Field(default=3, gt=0, description="asks of one intent before a human decides")
     approvers: list[str] = Field(default_factory=list, description="who may decide; empty means anyone")
     redrive_of: str | None = None
+    window_messages: int = Field(default=40, ge=4, description="transcript messages sent to the model per turn")
+    max_history_events: int = Field(default=4000, gt=0, description="continue as new past this many events")
+    max_history_bytes: int = Field(default=1_500_000, gt=0, description="continue as new past this size")
+    carry: "Carry | None" = Field(default=None, description="state carried over a continue-as-new")
 
 
 Decision = Literal["approve", "reject", "mark_performed", "mark_not_performed", "abort"]
@@ -152,11 +156,17 @@ class SettleInput(BaseModel):
 
 
 class ModelTurnInput(BaseModel):
+    """A bounded window of the transcript and the names of the tools offered.
+
+    The activity expands tool names to schemas from the registry, so history does not carry
+    the same schemas on every turn.
+    """
+
     task_id: str
     scenario: str
     turn: int
     messages: list[ChatMessage]
-    tools: list[ToolSchema]
+    tools: list[str]
     model_options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -219,6 +229,9 @@ class Checkpoint(BaseModel):
     escalations: int = 0
     decisions: list[DecisionRecord] = Field(default_factory=list)
     dead_letter_reason: str | None = None
+    runs: int = Field(default=1, description="runs of this task, counting continue-as-new")
+    calls: dict[str, int] = Field(default_factory=dict, description="calls per tool, for step names")
+    compacted_steps: int = Field(default=0, description="read steps dropped from view at continue-as-new")
     updated_at: str | None = None
 
 
@@ -230,3 +243,16 @@ class TaskResult(BaseModel):
 
 
 ToolInput.model_rebuild()
+
+
+class Carry(BaseModel):
+    """What a task takes across continue-as-new: its checkpoint, effect journal and a compacted transcript."""
+
+    checkpoint: Checkpoint
+    journal: dict[str, ToolResult]
+    step_by_key: dict[str, str]
+    transcript: list[ChatMessage]
+    turn: int
+
+
+TaskInput.model_rebuild()

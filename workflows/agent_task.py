@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from core.models import (
         SETTLED,
         AlertInput,
+        Carry,
         Approval,
         ChatMessage,
         Checkpoint,
@@ -44,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         ToolInput,
         ToolResult,
     )
-    from core.tools import REGISTRY, ToolSpec, tool_schemas
+    from core.tools import REGISTRY, ToolSpec
     from workflows._render import JOURNAL_NOTE, activity_summary, current_details, trail_line
 
 SYSTEM_PROMPT = (
@@ -60,6 +61,7 @@ ALLOWED: dict[str, list[str]] = {
     "model_request": ["approve", "reject", "abort"],
 }
 OPS_TIMEOUT = timedelta(seconds=30)
+_READ_STEPS_KEPT = 20
 
 
 class _Stop(Exception):
@@ -76,10 +78,22 @@ class AgentTaskWorkflow:
     @workflow.init
     def __init__(self, task: TaskInput) -> None:
         self._task = task
-        self._checkpoint = Checkpoint(task_id=task.task_id, scenario=task.scenario)
-        self._journal: dict[str, ToolResult] = {}
-        self._step_by_key: dict[str, str] = {}
         self._decision: ResolveInput | None = None
+        carry = task.carry
+        if carry is None:
+            self._checkpoint = Checkpoint(task_id=task.task_id, scenario=task.scenario)
+            self._journal: dict[str, ToolResult] = {}
+            self._step_by_key: dict[str, str] = {}
+            self._transcript = [ChatMessage(role="system", content=SYSTEM_PROMPT),
+                                ChatMessage(role="user", content=task.brief)]
+            self._turn = 0
+        else:
+            self._checkpoint = carry.checkpoint
+            self._checkpoint.runs += 1
+            self._journal = dict(carry.journal)
+            self._step_by_key = dict(carry.step_by_key)
+            self._transcript = list(carry.transcript)
+            self._turn = carry.turn
 
     @workflow.run
     async def run(self, task: TaskInput) -> TaskResult:
@@ -103,15 +117,17 @@ class AgentTaskWorkflow:
                           final_answer=self._checkpoint.final_answer, checkpoint=self._checkpoint)
 
     async def _converse(self, task: TaskInput) -> str:
-        messages = [ChatMessage(role="system", content=SYSTEM_PROMPT), ChatMessage(role="user", content=task.brief)]
-        schemas = tool_schemas()
-        for turn in range(1, task.max_turns + 1):
-            self._checkpoint.turns = turn
+        tools = sorted(REGISTRY)
+        while self._turn < task.max_turns:
+            if self._history_budget_spent(task):
+                await self._continue_as_new(task)
+            self._turn += 1
+            turn = self._checkpoint.turns = self._turn
             try:
                 reply: ModelReply = await workflow.execute_activity(
                     names.MODEL_TURN_ACTIVITY,
-                    ModelTurnInput(task_id=task.task_id, scenario=task.scenario, turn=turn, messages=messages,
-                                   tools=schemas, model_options=task.model_options),
+                    ModelTurnInput(task_id=task.task_id, scenario=task.scenario, turn=turn,
+                                   messages=self._window(task), tools=tools, model_options=task.model_options),
                     result_type=ModelReply,
                     start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
                     heartbeat_timeout=policies.TOOL_HEARTBEAT,
@@ -120,15 +136,52 @@ class AgentTaskWorkflow:
                 )
             except ActivityError as err:
                 raise _Stop("dead_lettered", f"model unavailable after retries: {_cause(err)}") from None
-            messages.append(ChatMessage(role="assistant", content=reply.content, tool_calls=reply.tool_calls))
+            self._transcript.append(ChatMessage(role="assistant", content=reply.content,
+                                                tool_calls=reply.tool_calls))
             if not reply.tool_calls:
                 return reply.content
             for call in reply.tool_calls:
                 result = await self._gate(task, call)
-                messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name,
-                                            content=result.model_dump_json(exclude_defaults=True)))
+                self._transcript.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name,
+                                                    content=result.model_dump_json(exclude_defaults=True)))
+            self._transcript = self._compact(self._transcript, task.window_messages)
             self._touch()
         raise _Stop("dead_lettered", f"turn limit of {task.max_turns} reached without a final answer")
+
+    # --- long runs -----------------------------------------------------------------------
+
+    def _window(self, task: TaskInput) -> list[ChatMessage]:
+        """What the model sees this turn: the system prompt, the task, the latest messages."""
+        return self._compact(self._transcript, task.window_messages)
+
+    @staticmethod
+    def _compact(transcript: list[ChatMessage], window: int) -> list[ChatMessage]:
+        """Keep the two pinned messages and the last `window`, never starting on an orphan tool result."""
+        pinned, rest = transcript[:2], transcript[2:]
+        if len(rest) <= window:
+            return transcript
+        rest = rest[-window:]
+        while rest and rest[0].role == "tool":
+            rest = rest[1:]
+        return pinned + rest
+
+    def _history_budget_spent(self, task: TaskInput) -> bool:
+        info = workflow.info()
+        return (info.is_continue_as_new_suggested()
+                or info.get_current_history_length() > task.max_history_events
+                or info.get_current_history_size() > task.max_history_bytes)
+
+    async def _continue_as_new(self, task: TaskInput) -> None:
+        """A fresh run with the journal, the checkpoint and a compacted transcript: keys stay settled."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        checkpoint = self._checkpoint.model_copy(deep=True)
+        reads = [name for name, step in checkpoint.steps.items() if step.intent_key is None]
+        for name in reads[:-_READ_STEPS_KEPT]:
+            del checkpoint.steps[name]
+            checkpoint.compacted_steps += 1
+        carry = Carry(checkpoint=checkpoint, journal=self._journal, step_by_key=self._step_by_key,
+                      transcript=self._compact(self._transcript, task.window_messages), turn=self._turn)
+        workflow.continue_as_new(task.model_copy(update={"carry": carry}))
 
     # --- the gate ------------------------------------------------------------------------
 
@@ -381,7 +434,8 @@ class AgentTaskWorkflow:
     def _step(self, tool: str, key: str | None, arguments: dict) -> Step:
         if key is not None and key in self._step_by_key:
             return self._checkpoint.steps[self._step_by_key[key]]
-        count = sum(1 for s in self._checkpoint.steps.values() if s.tool == tool)
+        count = self._checkpoint.calls.get(tool, 0)
+        self._checkpoint.calls[tool] = count + 1
         name = tool if count == 0 else f"{tool}#{count + 1}"
         if key is not None:
             self._step_by_key[key] = name
