@@ -52,7 +52,8 @@ async def check_search_attributes(client: Client, namespace: str) -> None:
              + " && ".join(f"temporal operator search-attribute create --name {n} --type Keyword" for n in missing))
 
 
-def build_worker(client: Client, settings: Settings, task_queue: str | None = None) -> Worker:
+def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
+                 workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000) -> Worker:
     db = Database(settings.agent_db_path)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
@@ -69,7 +70,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[AgentTaskWorkflow],
+        workflows=[workflow_class],
+        max_cached_workflows=max_cached_workflows,
         activities=[*activities, *operations.activities(), model.model_turn],
         interceptors=[WorkerInterceptor()],
         max_concurrent_activities=100,

@@ -86,7 +86,7 @@ def invoice_inv_9(**model_options) -> TaskInput:
 def long_run(turns: int = 100, task_id: str = "long-ORD-8841", **model_options) -> TaskInput:
     """A task of many turns on ORD-8841, for the history-size benchmark and continue-as-new tests."""
     return TaskInput(
-        task_id=task_id, scenario="long-run", max_turns=turns + 5,
+        task_id=task_id, scenario="long-run", max_turns=turns + 5, window_messages=12,
         brief=(f"Watch order ORD-8841 for {turns} turns: refund the dented kettle (kettle-01, 4500 cents, usd) "
                "once, check the policy every turn."),
         facts={"order_id": "ORD-8841"}, model_options={"turns": turns, **model_options},

@@ -1,0 +1,231 @@
+"""Record the replay corpus: `python -m tests.record` (or `make record`).
+
+Runs every path that matters against a fresh dev server and localstripe, with the current
+workflow code, and writes each run's event history to tests/histories/<name>.json, with a
+note per history in tests/histories/README.md. Re-recording changes what the replay test
+guards: do it on purpose, after a change that is meant to break replay of old runs, and say
+so in the commit. One known-bad history (an activity swapped for another) is derived from
+a recorded one; the replay test must reject it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.db import Database
+from activities.payments import StripeGateway
+from activities.seed import seed_scenarios
+from config import Settings
+from core.models import Checkpoint, TaskInput
+from core.scenarios import SCENARIOS, long_run
+from devstack.edge_control import EdgeControl, preset
+from devstack.stack import STRIPE_API_KEY, Stack
+from starter import redrive, start_task
+from worker import build_worker
+
+HISTORIES = Path(__file__).parent / "histories"
+BAD = HISTORIES / "known-bad"
+
+
+@dataclass
+class Path_:
+    name: str
+    note: str
+    run: Callable[["Recorder"], Awaitable[list[WorkflowHandle]]]
+
+
+class Recorder:
+    def __init__(self, stack: Stack, client: Client, root: Path) -> None:
+        self.stack, self.client, self.root = stack, client, root
+        self.edge = EdgeControl(stack.stripe_url)
+        self.count = 0
+
+    def settings(self, **changes) -> Settings:
+        """A fresh world (database, paid orders, edge keys) for each path."""
+        self.count += 1
+        db = self.root / f"agent-{self.count}.db"
+        settings = Settings(temporal_address=self.stack.address, task_queue=f"record-{self.count}",
+                            stripe_api_base=self.stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
+                            agent_db_path=db, stripe_timeout_seconds=1.0).model_copy(update=changes)
+        self.edge.configure("dedupe")
+        seed_scenarios(Database(db), StripeGateway(STRIPE_API_KEY, self.stack.stripe_url, 10.0))
+        return settings
+
+    async def wait_for_human(self, handle: WorkflowHandle) -> Checkpoint:
+        for _ in range(600):
+            cp = await handle.query("checkpoint", result_type=Checkpoint)
+            if cp.state == "awaiting_human":
+                return cp
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"{handle.id} never waited for a human")
+
+
+def task(name: str, suffix: str, **options) -> TaskInput:
+    base = SCENARIOS[name](**options)
+    return base.model_copy(update={"task_id": f"{base.task_id}-{suffix}"})
+
+
+async def happy(r: Recorder, name: str) -> list[WorkflowHandle]:
+    settings = r.settings()
+    async with build_worker(r.client, settings):
+        handle = await start_task(r.client, settings, task(name, "happy"))
+        await handle.result()
+    return [handle]
+
+
+async def timeout_after_accept(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings()
+    r.edge.configure("passthrough", preset("timeout-after-accept", "/v1/refunds", 1.0))
+    async with build_worker(r.client, settings):
+        handle = await start_task(r.client, settings, task("SU-88421", "timeout-after-accept", repeat_effects=1))
+        await handle.result()
+    return [handle]
+
+
+async def unknown_resolved(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings()
+    r.edge.configure("passthrough", preset("unverifiable", "/v1/refunds", 1.0))
+    async with build_worker(r.client, settings):
+        handle = await start_task(r.client, settings, task("SU-88421", "unknown-resolved"))
+        cp = await r.wait_for_human(handle)
+        r.edge.configure("passthrough")
+        gateway = StripeGateway(STRIPE_API_KEY, r.stack.stripe_url, 10.0)
+        from activities.records import Records
+        pi = Records(Database(settings.agent_db_path)).order("SU-88421").payment_intent_id
+        [refund] = gateway.refunds(pi)
+        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "mark_performed",
+                                        "decided_by": "ops@example.com", "provider_ref": refund.id})
+        await handle.result()
+    return [handle]
+
+
+async def approval(r: Recorder, decision: str) -> list[WorkflowHandle]:
+    settings = r.settings(approval_ceiling_cents=10000)
+    async with build_worker(r.client, settings):
+        handle = await start_task(r.client, settings, task("SU-88421", f"approval-{decision}"))
+        cp = await r.wait_for_human(handle)
+        await handle.signal("resolve", "not a decision")
+        await handle.signal("resolve", {"intent_key": "v1:issue_refund:other", "decision": decision,
+                                        "decided_by": "alice@example.com"})
+        if decision == "approve":
+            from core.models import DecisionReceipt, ResolveInput
+            await handle.execute_update("decide", ResolveInput(intent_key=cp.waiting_for.intent_key,
+                                                               decision="approve", decided_by="alice@example.com"),
+                                        result_type=DecisionReceipt)
+        else:
+            await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": decision,
+                                            "decided_by": "alice@example.com", "note": "not without a photo"})
+        await handle.result()
+    return [handle]
+
+
+async def dead_letter_and_redrive(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings(escalation_timeout_seconds=2)
+    r.edge.configure("passthrough", preset("unverifiable", "/v1/refunds", 1.0))
+    async with build_worker(r.client, settings):
+        first = await start_task(r.client, settings, task("SU-88421", "dead-letter"))
+        await first.result()
+        r.edge.configure("passthrough")
+        second, _, _ = await redrive(r.client, settings, first.id)
+        await second.result()
+    return [r.client.get_workflow_handle(first.id, run_id=first.result_run_id), second]
+
+
+async def crash_and_resume(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings()
+    env = {"TEMPORAL_ADDRESS": settings.temporal_address, "TASK_QUEUE": settings.task_queue,
+           "STRIPE_API_BASE": settings.stripe_api_base, "STRIPE_API_KEY": STRIPE_API_KEY,
+           "AGENT_DB_PATH": str(settings.agent_db_path)}
+    crashing = r.stack.start_worker(r.root / "crashing.log", {**env, "CRASH_AT": "issue_refund:after_provider",
+                                                              "CRASH_MARKER": str(r.root / "crashed")})
+    handle = await start_task(r.client, settings, task("refund-8841", "crash-resume"))
+    await asyncio.to_thread(crashing.process.wait, 60)
+    fresh = r.stack.start_worker(r.root / "fresh.log", env)
+    try:
+        await handle.result()
+    finally:
+        fresh.stop()
+    return [handle]
+
+
+async def continue_as_new(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings()
+    long = long_run(turns=60, task_id="long-ORD-8841-continue-as-new").model_copy(
+        update={"max_history_events": 200})
+    async with build_worker(r.client, settings):
+        handle = await start_task(r.client, settings, long)
+        await handle.result()
+    runs = [w async for w in r.client.list_workflows(f'WorkflowId = "{long.task_id}"')]
+    return [r.client.get_workflow_handle(long.task_id, run_id=w.run_id) for w in sorted(runs, key=lambda w: w.start_time)]
+
+
+PATHS = [
+    Path_("su-88421-happy", "support ticket: order, policy, refund, seller, pickup, customer",
+          lambda r: happy(r, "SU-88421")),
+    Path_("refund-8841-happy", "the four-step refund worker", lambda r: happy(r, "refund-8841")),
+    Path_("inv-9-happy", "payables: invoice, payment, remittance email", lambda r: happy(r, "INV-9")),
+    Path_("su-88421-timeout-after-accept", "refund accepted, client timed out, verified by lookup; the model "
+          "asks again and gets already_performed from the journal", timeout_after_accept),
+    Path_("su-88421-unknown-resolved", "refund unverifiable -> unknown -> awaiting_human -> mark_performed by signal",
+          unknown_resolved),
+    Path_("su-88421-approval-granted", "over the ceiling: a malformed and a wrong-key signal are ignored, "
+          "then the decide Update approves", lambda r: approval(r, "approve")),
+    Path_("su-88421-approval-rejected", "over the ceiling, rejected by signal; no refund",
+          lambda r: approval(r, "reject")),
+    Path_("su-88421-dead-letter", "unknown refund nobody decides on -> dead letter (run 1) and its redrive, "
+          "where the refund comes back already_performed (run 2)", dead_letter_and_redrive),
+    Path_("refund-8841-crash-resume", "worker SIGKILLed after the provider accepted the refund; a fresh "
+          "worker verifies and finishes", crash_and_resume),
+    Path_("long-run-continue-as-new", "60 turns with a 200-event budget: each run continues as new, carrying "
+          "the journal", continue_as_new),
+]
+
+
+async def record(only: set[str]) -> None:
+    HISTORIES.mkdir(exist_ok=True)
+    BAD.mkdir(exist_ok=True)
+    notes = ["# Recorded histories", "", "Written by `python -m tests.record` from real runs on the dev server; "
+             "replayed by tests/test_replay.py with the current workflow code.", ""]
+    with tempfile.TemporaryDirectory() as tmp, Stack.for_tests(Path(tmp)) as stack:
+        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
+        recorder = Recorder(stack, client, Path(tmp))
+        for path in PATHS:
+            if only and path.name not in only:
+                continue
+            handles = await path.run(recorder)
+            files = []
+            for n, handle in enumerate(handles, start=1):
+                history = await handle.fetch_history()
+                name = path.name if len(handles) == 1 else f"{path.name}-run{n}"
+                (HISTORIES / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
+                files.append(f"`{name}.json` ({len(history.events)} events)")
+            notes.append(f"- {', '.join(files)}: {path.note}")
+            print(f"recorded {path.name}: {', '.join(files)}", flush=True)
+    write_known_bad()
+    notes += ["", "`known-bad/swapped-activity.json`: su-88421-happy with its first tool call's activity type "
+              "changed; the replayer must reject it."]
+    if not only:
+        (HISTORIES / "README.md").write_text("\n".join(notes) + "\n")
+
+
+def write_known_bad() -> None:
+    history = json.loads((HISTORIES / "su-88421-happy.json").read_text())
+    for event in history["events"]:
+        scheduled = event.get("activityTaskScheduledEventAttributes")
+        if scheduled and scheduled["activityType"]["name"] == "get_order":
+            scheduled["activityType"]["name"] = "lookup_invoice"
+            break
+    (BAD / "swapped-activity.json").write_text(json.dumps(history, indent=1))
+
+
+if __name__ == "__main__":
+    asyncio.run(record(set(sys.argv[1:])))

@@ -1,0 +1,44 @@
+"""Every recorded history replays with the current workflow code; a known-bad one does not.
+
+Run `python -m tests.record` to re-record on purpose (see tests/histories/README.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
+
+from workflows import AgentTaskWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+CORPUS = sorted(HISTORIES.glob("*.json"))
+
+
+def load(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(path.stem, path.read_text())
+
+
+def replayer(*workflows) -> Replayer:
+    return Replayer(workflows=list(workflows or [AgentTaskWorkflow]), data_converter=pydantic_data_converter)
+
+
+def test_the_corpus_covers_every_path():
+    names = {p.stem.rsplit("-run", 1)[0] for p in CORPUS}
+    assert names >= {"su-88421-happy", "refund-8841-happy", "inv-9-happy", "su-88421-timeout-after-accept",
+                     "su-88421-unknown-resolved", "su-88421-approval-granted", "su-88421-approval-rejected",
+                     "su-88421-dead-letter", "refund-8841-crash-resume", "long-run-continue-as-new"}
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
+async def test_recorded_history_replays(path: Path):
+    await replayer().replay_workflow(load(path))
+
+
+async def test_known_bad_history_is_rejected():
+    with pytest.raises(NondeterminismError):
+        await replayer().replay_workflow(load(HISTORIES / "known-bad" / "swapped-activity.json"))
