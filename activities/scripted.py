@@ -30,6 +30,8 @@ class ScriptedModel:
     def reply(self, turn: ModelTurnInput, schemas: list[ToolSchema] | None = None) -> ModelReply:
         if turn.scenario == "long-run":
             return _long_run(turn)
+        if turn.turn <= int(turn.model_options.get("bad_calls", 0)):
+            return _bad_call(turn.turn)
         asks, results = _read_transcript(turn.messages)
         brief = next((m.content for m in turn.messages if m.role == "user"), "")
         steps = _plan(turn.scenario, brief, turn.model_options)
@@ -181,3 +183,18 @@ def _long_run(turn: ModelTurnInput) -> ModelReply:
                                                arguments=json.dumps(refund))])
     return ModelReply(tool_calls=[ToolCall(id=f"t{turn.turn}", name="search_policy",
                                            arguments=json.dumps({"query": f"check {turn.turn}"}))])
+
+
+_BAD_CALLS = [
+    ToolCall(id="bad", name="refund_everything", arguments="{}"),
+    ToolCall(id="bad", name="issue_refund", arguments='{"order_id": "SU-88421", "amount_cents": '),
+    ToolCall(id="bad", name="issue_refund", arguments=json.dumps(
+        {"order_id": "SU-88421", "item_id": "oak-shelf-4", "amount_cents": "118.00", "currency": "usd",
+         "reason": "x", "skip_approval": True})),
+]
+
+
+def _bad_call(turn: int) -> ModelReply:
+    """What models get wrong: an unknown tool, truncated JSON, a string amount and an extra field."""
+    call = _BAD_CALLS[(turn - 1) % len(_BAD_CALLS)]
+    return ModelReply(tool_calls=[call.model_copy(update={"id": f"bad-{turn}"})])

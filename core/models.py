@@ -68,6 +68,7 @@ class TaskInput(BaseModel):
     model_options: dict[str, Any] = Field(default_factory=dict)
     escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
     max_asks_per_call: int = Field(default=3, gt=0, description="asks of one intent before a human decides")
+    max_unusable_replies: int = Field(default=3, gt=0, description="replies in a row with no usable tool call")
     approvers: list[str] = Field(default_factory=list, description="who may decide; empty means anyone")
     redrive_of: str | None = None
     window_messages: int = Field(default=40, ge=4, description="transcript messages sent to the model per turn")
@@ -77,7 +78,8 @@ class TaskInput(BaseModel):
 
 
 Decision = Literal["approve", "reject", "mark_performed", "mark_not_performed", "abort"]
-EscalationReason = Literal["unknown_outcome", "approval_required", "attempts_exhausted", "model_request"]
+EscalationReason = Literal["unknown_outcome", "approval_required", "attempts_exhausted", "model_request",
+                           "unusable_model_output"]
 
 
 class ResolveInput(BaseModel):

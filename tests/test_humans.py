@@ -15,7 +15,7 @@ from core.models import DecisionReceipt, Outcome, ResolveInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl, preset
 from tests.conftest import running_worker
-from tests.helpers import checkpoint, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, run, scenario_task, start, wait_for, waiting
 
 
 @pytest.fixture
@@ -149,3 +149,25 @@ async def test_model_escalation_waits_and_continues_on_approval(client: Client, 
 async def _decisions(handle, count: int):
     cp = await checkpoint(handle)
     return cp if len(cp.decisions) >= count else None
+
+
+async def test_unusable_model_replies_go_back_as_errors_then_escalate(client: Client, settings: Settings,
+                                                                     world: World):
+    task = scenario_task("SU-88421", bad_calls=3)
+    async with running_worker(client, settings):
+        handle = await start(client, settings, task)
+        cp = await waiting(handle)
+        assert cp.waiting_for.reason == "unusable_model_output" and world.refunds("SU-88421") == []
+        reasons = [s.reason for s in cp.steps.values()]
+        assert reasons == ["unknown_tool", "malformed_arguments", "invalid_arguments"]
+        await handle.signal("resolve", decision(cp.waiting_for.intent_key, "approve", note="one more try"))
+        result = await handle.result()
+    assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
+
+
+async def test_a_few_unusable_replies_are_answered_and_the_task_goes_on(client: Client, settings: Settings,
+                                                                       world: World):
+    async with running_worker(client, settings):
+        result = await run(client, settings, scenario_task("SU-88421", bad_calls=2))
+    assert result.state == "completed" and result.checkpoint.escalations == 0
+    assert len(world.refunds("SU-88421")) == 1

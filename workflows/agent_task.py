@@ -59,9 +59,11 @@ ALLOWED: dict[str, list[str]] = {
     "unknown_outcome": ["mark_performed", "mark_not_performed", "approve", "abort"],
     "attempts_exhausted": ["approve", "reject", "mark_performed", "mark_not_performed", "abort"],
     "model_request": ["approve", "reject", "abort"],
+    "unusable_model_output": ["approve", "abort"],
 }
 OPS_TIMEOUT = timedelta(seconds=30)
 _READ_STEPS_KEPT = 20
+_UNUSABLE = ("unknown_tool", "invalid_arguments", "malformed_arguments")
 
 
 class _Stop(Exception):
@@ -79,6 +81,7 @@ class AgentTaskWorkflow:
     def __init__(self, task: TaskInput) -> None:
         self._task = task
         self._decision: ResolveInput | None = None
+        self._unusable = 0
         carry = task.carry
         if carry is None:
             self._checkpoint = Checkpoint(task_id=task.task_id, scenario=task.scenario)
@@ -140,13 +143,27 @@ class AgentTaskWorkflow:
                                                 tool_calls=reply.tool_calls))
             if not reply.tool_calls:
                 return reply.content
+            usable = False
             for call in reply.tool_calls:
                 result = await self._gate(task, call)
+                usable = usable or result.reason not in _UNUSABLE
                 self._transcript.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name,
                                                     content=result.model_dump_json(exclude_defaults=True)))
             self._transcript = self._compact(self._transcript, task.window_messages)
+            self._unusable = 0 if usable else self._unusable + 1
+            if self._unusable >= task.max_unusable_replies:
+                await self._unusable_output(task, turn)
             self._touch()
         raise _Stop("dead_lettered", f"turn limit of {task.max_turns} reached without a final answer")
+
+    async def _unusable_output(self, task: TaskInput, turn: int) -> None:
+        """The model keeps calling tools that do not exist or with arguments that do not validate."""
+        key = f"model-output:{task.task_id}:turn-{turn}"
+        decision = await self._escalate("model_turn", {}, key, "unusable_model_output",
+                                        f"{self._unusable} replies in a row with no usable tool call")
+        if decision.decision == "abort":
+            raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
+        self._unusable = 0
 
     # --- long runs -----------------------------------------------------------------------
 

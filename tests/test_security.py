@@ -1,0 +1,86 @@
+"""Secrets never enter workflow inputs, activity inputs or histories; alerts reach the webhook
+with its token, which stays in the worker."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from pydantic import SecretStr
+from temporalio.client import Client
+
+from activities.world import World
+from config import Settings
+from devstack.processes import free_port
+from tests.conftest import running_worker
+from tests.helpers import scenario_task, start, waiting
+
+HISTORIES = Path(__file__).parent / "histories"
+STRIPE_KEY = "sk_test_ScanMe7f3a9c41d2"
+WEBHOOK_TOKEN = "whtok-ScanMe-91b2c7"
+SECRET_SHAPES = re.compile(r"(sk|rk)_(live|test)_[A-Za-z0-9]+|whtok-[A-Za-z0-9-]+")
+
+
+def readable(history_json: str) -> str:
+    """The history's text with every payload's base64 data decoded next to it."""
+    decoded = []
+    for blob in re.findall(r'"data":\s*"([A-Za-z0-9+/=]+)"', history_json):
+        try:
+            decoded.append(base64.b64decode(blob).decode("utf-8", errors="replace"))
+        except ValueError:
+            pass
+    return history_json + "\n".join(decoded)
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.rglob("*.json")), ids=lambda p: p.stem)
+def test_recorded_histories_hold_no_secret(path: Path):
+    text = readable(path.read_text())
+    assert "sk_test_local" not in text
+    assert not SECRET_SHAPES.search(text), SECRET_SHAPES.search(text).group(0)
+
+
+@pytest.fixture
+async def webhook():
+    received: list[tuple[str, dict]] = []
+
+    async def alert(request: web.Request) -> web.Response:
+        received.append((request.headers.get("Authorization", ""), await request.json()))
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/alerts", alert)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}/alerts", received
+    await runner.cleanup()
+
+
+async def test_a_live_task_keeps_its_secrets_out_of_history_and_alerts_the_webhook(
+    client: Client, settings: Settings, world: World, webhook,
+):
+    url, received = webhook
+    secret = settings.model_copy(update={"stripe_api_key": SecretStr(STRIPE_KEY), "alert_webhook_url": url,
+                                         "alert_webhook_token": SecretStr(WEBHOOK_TOKEN),
+                                         "approval_ceiling_cents": 10000})
+    task = scenario_task("SU-88421")
+    async with running_worker(client, secret):
+        handle = await start(client, secret, task)
+        cp = await waiting(handle)
+        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "approve",
+                                        "decided_by": "alice@example.com"})
+        result = await handle.result()
+    assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
+    [(auth, body)] = received
+    assert auth == f"Bearer {WEBHOOK_TOKEN}"
+    assert (body["kind"], body["reason"], body["intent_key"]) == ("escalation", "approval_required",
+                                                                  cp.waiting_for.intent_key)
+    history = await handle.fetch_history()
+    text = readable(history.to_json())
+    assert STRIPE_KEY not in text and WEBHOOK_TOKEN not in text
+    assert json.loads(history.to_json())["events"], "the scan looked at a real history"
