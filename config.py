@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     alert_webhook_token: SecretStr | None = None
     escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
     approvers: str = Field(default="", description="comma-separated; empty: anyone may decide")
+    reconcile_every_minutes: float = Field(default=5, ge=0, description="0 turns the reconciliation schedule off")
 
     @property
     def approver_list(self) -> list[str]:

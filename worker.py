@@ -21,7 +21,9 @@ from activities.records import Records
 from activities.unsafe import UnsafeRefund
 from config import Settings, load_settings
 from core.names import SEARCH_ATTRIBUTES
-from workflows import AgentTaskWorkflow
+from activities.reconcile import ReconcileActivities
+from schedules import ensure_reconcile_schedule
+from workflows import AgentTaskWorkflow, ReconcileWorkflow
 
 
 def fail(message: str) -> None:
@@ -70,9 +72,10 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[workflow_class],
+        workflows=[workflow_class, ReconcileWorkflow],
         max_cached_workflows=max_cached_workflows,
-        activities=[*activities, *operations.activities(), model.model_turn],
+        activities=[*activities, *operations.activities(), ReconcileActivities(db, gateway).reconcile_ledger,
+                    model.model_turn],
         interceptors=[WorkerInterceptor()],
         max_concurrent_activities=100,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
@@ -95,6 +98,8 @@ async def main() -> None:
     check_provider(settings)
     client = await connect(settings)
     await check_search_attributes(client, settings.temporal_namespace)
+    if settings.reconcile_every_minutes:
+        await ensure_reconcile_schedule(client, settings.task_queue, timedelta(minutes=settings.reconcile_every_minutes))
     worker = build_worker(client, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -65,6 +65,12 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     redriven_at REAL,
     PRIMARY KEY (task_id, run_id)
 );
+CREATE TABLE IF NOT EXISTS reconciliations (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    created_at REAL NOT NULL,
+    findings   INTEGER NOT NULL,
+    report     TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS confirmations (
     task_id    TEXT NOT NULL,
     order_id   TEXT NOT NULL,

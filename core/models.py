@@ -130,7 +130,7 @@ class Approval(BaseModel):
 class AlertInput(BaseModel):
     alert_key: str
     task_id: str
-    kind: Literal["escalation", "dead_letter"]
+    kind: Literal["escalation", "dead_letter", "reconciliation"]
     reason: str
     intent_key: str | None = None
     summary: str
@@ -258,3 +258,20 @@ class Carry(BaseModel):
 
 
 TaskInput.model_rebuild()
+
+
+class ReconcileInput(BaseModel):
+    stale_after_seconds: int = Field(default=900, gt=0, description="an `intent` row older than this is a finding")
+
+
+class Finding(BaseModel):
+    kind: Literal["duplicate", "orphan_provider_effect", "performed_unknown_to_provider", "stale_intent"]
+    intent_key: str | None = None
+    provider_refs: list[str] = Field(default_factory=list)
+    detail: str
+
+
+class ReconcileReport(BaseModel):
+    checked_ledger_rows: int
+    checked_provider_effects: int
+    findings: list[Finding]
