@@ -36,11 +36,20 @@ from activities.records import Records
 from activities.seed import seed_order, seed_scenarios
 from activities.world import World
 from config import Settings, load_settings
-from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput, TaskResult
+from core.models import (
+    Checkpoint,
+    DecisionReceipt,
+    ReconcileInput,
+    ReconcileReport,
+    ResolveInput,
+    TaskInput,
+    TaskResult,
+)
 from core.names import WORKFLOW_NAME
 from core.scenarios import REFUND_SCENARIOS, SCENARIOS, batch_ticket
 from devstack.edge_control import FAULT_PRESETS, EdgeControl, preset
 from worker import build_worker
+from workflows import RECONCILE_WORKFLOW
 
 
 _TASK_TIMEOUT = timedelta(seconds=3)  # a workflow task lost with a dead worker is retried in 3 s
@@ -314,6 +323,21 @@ async def cmd_waiting(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
+    """Compare the ledger with the provider now (the schedule does it every few minutes)."""
+    client = await connect(settings)
+    report = await client.execute_workflow(
+        RECONCILE_WORKFLOW, ReconcileInput(stale_after_seconds=args.stale_after), id="reconcile-ledger-now",
+        task_queue=settings.task_queue, result_type=ReconcileReport,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    print(f"checked {report.checked_ledger_rows} ledger rows and {report.checked_provider_effects} provider "
+          f"effects: {len(report.findings)} findings")
+    for finding in report.findings:
+        print(f"  {finding.kind:<31} {finding.intent_key or '-':<50} {' '.join(finding.provider_refs)}  "
+              f"{finding.detail}")
+    return 1 if report.findings else 0
+
+
 async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
     seed(settings, batch=args.batch)
     print(f"seeded scenarios{f' and {args.batch} batch orders' if args.batch else ''} into {settings.agent_db_path}")
@@ -365,6 +389,9 @@ def parser() -> argparse.ArgumentParser:
     ls.add_argument("--status", default="awaiting_human",
                     choices=["running", "awaiting_human", "completed", "dead_lettered", "cancelled"])
     ls.set_defaults(run=cmd_waiting)
+    rc = sub.add_parser("reconcile", help="compare the ledger with the provider now; exit 1 on findings")
+    rc.add_argument("--stale-after", type=int, default=900, metavar="SECONDS")
+    rc.set_defaults(run=cmd_reconcile)
     sd = sub.add_parser("seed", help="create the demo orders and payees at the provider")
     sd.add_argument("--batch", type=int, default=0)
     sd.set_defaults(run=cmd_seed)
