@@ -32,6 +32,8 @@ class ScriptedModel:
             return _long_run(turn)
         if turn.turn <= int(turn.model_options.get("bad_calls", 0)):
             return _bad_call(turn.turn)
+        if "script_calls" in turn.model_options:
+            return _scripted_calls(turn)
         asks, results = _read_transcript(turn.messages)
         brief = next((m.content for m in turn.messages if m.role == "user"), "")
         steps = _plan(turn.scenario, brief, turn.model_options)
@@ -198,3 +200,12 @@ def _bad_call(turn: int) -> ModelReply:
     """What models get wrong: an unknown tool, truncated JSON, a string amount and an extra field."""
     call = _BAD_CALLS[(turn - 1) % len(_BAD_CALLS)]
     return ModelReply(tool_calls=[call.model_copy(update={"id": f"bad-{turn}"})])
+
+
+def _scripted_calls(turn: ModelTurnInput) -> ModelReply:
+    """Exactly the calls a test gives, one per turn, whatever the results; then a final answer."""
+    calls = turn.model_options["script_calls"]
+    if turn.turn > len(calls):
+        return ModelReply(content="I have done what I was told.")
+    call = calls[turn.turn - 1]
+    return ModelReply(tool_calls=[ToolCall(id=f"s{turn.turn}", name=call["name"], arguments=call["arguments"])])

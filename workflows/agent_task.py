@@ -9,7 +9,6 @@ or Update `decide`); a wait nobody answers ends as a stored, alerted dead letter
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 
 from temporalio import workflow
@@ -17,9 +16,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
     from core import names, policies
+    from core.gate import Rejection, validate_call
     from core.keys import call_signature, derive_intent_key
     from core.models import (
         SETTLED,
@@ -204,19 +202,10 @@ class AgentTaskWorkflow:
 
     async def _gate(self, task: TaskInput, call: ToolCall) -> ToolResult:
         """The one path every tool call takes: validate, key, dedupe, run, escalate, record."""
-        spec = REGISTRY.get(call.name)
-        if spec is None:
-            return self._reject(call, "unknown_tool", f"no tool named {call.name!r}; tools: {sorted(REGISTRY)}")
-        try:
-            raw = json.loads(call.arguments or "{}")
-            if not isinstance(raw, dict):
-                raise ValueError("arguments must be a JSON object")
-            arguments = spec.args.model_validate(raw).model_dump(mode="json")
-        except ValidationError as err:
-            errors = [{"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in err.errors()]
-            return self._reject(call, "invalid_arguments", json.dumps(errors))
-        except ValueError as err:
-            return self._reject(call, "malformed_arguments", str(err))
+        checked = validate_call(call.name, call.arguments)
+        if isinstance(checked, Rejection):
+            return self._reject(call, checked.reason, checked.message)
+        spec, arguments = checked
 
         key = None
         if spec.needs_key:
@@ -441,9 +430,10 @@ class AgentTaskWorkflow:
     # --- bookkeeping ---------------------------------------------------------------------
 
     def _reject(self, call: ToolCall, reason: str, message: str) -> ToolResult:
-        result = ToolResult(tool=call.name, outcome=Outcome.NOT_PERFORMED, reason=reason, message=message,
+        name = call.name[:64]  # a model may send anything as a name; keep the checkpoint small
+        result = ToolResult(tool=name, outcome=Outcome.NOT_PERFORMED, reason=reason, message=message,
                             retryable=True, attempt=0)
-        step = self._step(call.name, None, {})
+        step = self._step(name, None, {})
         self._record(step, result)
         step.status = "rejected"
         return result

@@ -1,0 +1,44 @@
+"""Validation of a model's tool call against the registry: pure, so the workflow and the
+property tests use the same function. Never raises on what a model sends."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from core.tools import REGISTRY, ToolSpec
+
+MAX_ARGUMENT_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a call cannot run: `unknown_tool`, `malformed_arguments` or `invalid_arguments`."""
+
+    reason: str
+    message: str
+
+
+def validate_call(name: str, arguments: str | None) -> tuple[ToolSpec, dict[str, Any]] | Rejection:
+    spec = REGISTRY.get(name)
+    if spec is None:
+        return Rejection("unknown_tool", f"no tool named {name[:80]!r}; tools: {sorted(REGISTRY)}")
+    text = arguments or "{}"
+    if len(text) > MAX_ARGUMENT_CHARS:
+        return Rejection("malformed_arguments", f"arguments are {len(text)} characters; at most {MAX_ARGUMENT_CHARS}")
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        return Rejection("malformed_arguments", f"arguments are not valid JSON: {str(err)[:200]}")
+    if not isinstance(raw, dict):
+        return Rejection("malformed_arguments", "arguments must be a JSON object")
+    try:
+        return spec, spec.args.model_validate(raw).model_dump(mode="json")
+    except ValidationError as err:
+        errors = [{"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in err.errors()]
+        return Rejection("invalid_arguments", json.dumps(errors)[:2000])
+    except (ValueError, TypeError, RecursionError) as err:
+        return Rejection("invalid_arguments", str(err)[:200])
