@@ -62,7 +62,7 @@ def save_store(path: Path) -> None:
     tmp.replace(path)
 
 
-async def _serve(port: int, edge_mode: str, store: Path | None) -> None:
+async def _serve(port: int, edge_mode: str, store: Path | None, host: str = HOST) -> None:
     """localstripe alone on `port`, or localstripe on a private port behind the Stripe edge."""
     from devstack.stripe_edge import Edge, EdgeConfig
 
@@ -74,7 +74,7 @@ async def _serve(port: int, edge_mode: str, store: Path | None) -> None:
     await inner.setup()
     runners.append(inner)
     if edge_mode == "off":
-        await web.TCPSite(inner, HOST, port).start()
+        await web.TCPSite(inner, host, port).start()
     else:
         private = web.TCPSite(inner, HOST, 0)
         await private.start()
@@ -83,8 +83,8 @@ async def _serve(port: int, edge_mode: str, store: Path | None) -> None:
                              access_log=None)
         await edge.setup()
         runners.append(edge)
-        await web.TCPSite(edge, HOST, port).start()
-    print(f"localstripe listening on http://{HOST}:{port} (edge {edge_mode})", flush=True)
+        await web.TCPSite(edge, host, port).start()
+    print(f"localstripe listening on http://{host}:{port} (edge {edge_mode})", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
@@ -99,13 +99,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8420)
     parser.add_argument("--edge-mode", choices=["dedupe", "passthrough", "off"], default="dedupe",
                         help="serve through the Stripe edge (dedupe: keys as Stripe; passthrough: keys ignored)")
+    parser.add_argument("--host", default=HOST, help="127.0.0.1 unless inside a container")
     parser.add_argument("--store", type=Path, help="load the provider's records from here; save them at stop")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        asyncio.run(_serve(args.port, args.edge_mode, args.store))
+        asyncio.run(_serve(args.port, args.edge_mode, args.store, args.host))
     except KeyboardInterrupt:
         pass
 

@@ -1,0 +1,14 @@
+# The worker (and starter) image for docker-compose.yml and for a real cluster.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY core ./core
+COPY workflows ./workflows
+COPY activities ./activities
+COPY devstack ./devstack
+COPY worker.py starter.py config.py demo.py schedules.py bench.py ./
+RUN pip install --no-cache-dir .
+RUN useradd --create-home agent && mkdir -p /data && chown agent /data
+USER agent
+ENV AGENT_DB_PATH=/data/agent.db
+CMD ["python", "worker.py"]
