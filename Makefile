@@ -2,10 +2,12 @@
 PY ?= python3.11
 VENV := .venv
 PYTHON := $(VENV)/bin/python
-# Debian's chromium, driven by Playwright in tests/test_web_ui.py (Playwright never downloads a browser).
+# Debian's chromium, driven by Playwright in tests/test_web_ui.py (Playwright never downloads a browser),
+# and Debian's docker-compose, which checks docker-compose.yml (these machines run no Docker engine).
 CHROMIUM := /usr/bin/chromium
+COMPOSE := /usr/bin/docker-compose
 
-.PHONY: install demo test up down status bench
+.PHONY: install demo test up down status bench record chaos load
 
 install: $(VENV)/.installed
 
@@ -18,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PYTHON) demo.py
 
-test: $(VENV)/.installed $(CHROMIUM)
+test: $(VENV)/.installed $(CHROMIUM) $(COMPOSE)
 	$(PYTHON) -m pytest -q
 
 # Runs only when $(CHROMIUM) does not exist. If it cannot be installed, the suite still runs and
@@ -26,6 +28,11 @@ test: $(VENV)/.installed $(CHROMIUM)
 $(CHROMIUM):
 	-DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
 	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+
+# Runs only when docker-compose is missing; tests/test_compose.py says so if it still is.
+$(COMPOSE):
+	-DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose \
+	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose)
 
 up: $(VENV)/.installed
 	@$(PYTHON) -m devstack up --worker
@@ -37,4 +44,8 @@ status: $(VENV)/.installed
 	@$(PYTHON) -m devstack status || true
 
 bench: $(VENV)/.installed
-	@if [ -f bench.py ]; then $(PYTHON) bench.py; else echo "bench.py is not written yet"; fi
+	$(PYTHON) bench.py
+
+# Re-record the replay corpus on purpose (see tests/histories/README.md).
+record: $(VENV)/.installed
+	$(PYTHON) -m tests.record

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 from playwright.async_api import Page, async_playwright, expect
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
@@ -104,13 +104,14 @@ async def send_resolve_signal(page: Page, payload: dict) -> None:
     await page.get_by_role("menuitem", name="Send a Signal").click()
     dialog = page.get_by_role("dialog", name="Send a Signal")
     await expect(dialog).to_be_visible()
-    # The signal picker (a listbox: "Custom" plus the names the worker reports); Custom always exists.
+    # The signal picker is a listbox of "Custom" plus the signal names the worker reports through
+    # its metadata query; "Custom" does not depend on that query having answered.
     await dialog.get_by_test_id("signal-select-button").click()
     await dialog.get_by_role("option", name="Custom").click()
     await dialog.get_by_role("textbox", name="Signal name").fill("resolve")
-    # The Data editor (CodeMirror) pretty-prints its JSON on blur; the dialog then grows. Typing it
-    # already pretty-printed and blurring without the mouse keeps a click from landing on a button
-    # that moved between mousedown and mouseup (or on the backdrop, which closes the dialog).
+    # The Data editor (CodeMirror) pretty-prints its JSON on blur and the dialog grows. Clicked right
+    # after a compact fill, Submit did nothing (the button moved under the click) and a click on the
+    # title closed the dialog. So: type it already pretty-printed and blur without the mouse.
     data = dialog.get_by_role("textbox", name="Data")
     await data.fill(json.dumps(payload, indent=2))
     await data.blur()
@@ -122,25 +123,22 @@ async def send_resolve_signal(page: Page, payload: dict) -> None:
     await expect(page.get_by_test_id("toast-live-region-polite")).to_contain_text("Workflow signaled")
 
 
-async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui_settings: Settings,
-                                             ui_world: World, tmp_path: Path) -> None:
-    client = await Client.connect(ui_stack.address, data_converter=pydantic_data_converter)
-    task = scenario_task("SU-88421")
-    handle = await start_task(client, ui_settings, task)
-    cp = await waiting(handle)
-    assert cp.waiting_for is not None
-    assert (cp.waiting_for.tool, cp.waiting_for.reason) == ("issue_refund", "approval_required")
-    assert ui_world.refunds("SU-88421") == []
-    key = cp.waiting_for.intent_key
-    payload = {"intent_key": key, "decision": "approve", "decided_by": OPERATOR,
-               "note": "approved in the Web UI"}
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as err:
+        return f"({err})"
 
+
+async def approve_in_browser(chromium: Path, ui_url: str, handle: WorkflowHandle, payload: dict,
+                             tmp_path: Path) -> None:
+    """Find the waiting task in the Web UI, send the decision, see the task completed there."""
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True)
         page = await browser.new_page(viewport={"width": 1400, "height": 900})
         page.set_default_timeout(30_000)
         try:
-            await open_in_list(page, ui_stack.ui_url, handle.id)
+            await open_in_list(page, ui_url, handle.id)
             await page.wait_for_url(f"**/workflows/{handle.id}/**", wait_until="domcontentloaded")
             await expect(page.get_by_role("heading", level=1)).to_contain_text(handle.id)
             status = page.get_by_test_id("execution-status")
@@ -151,7 +149,7 @@ async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui
             result = await asyncio.wait_for(handle.result(), timeout=60)
             assert result.state == "completed", result
 
-            # The history is read from the server on a fresh load (no visibility lag).
+            # A fresh load reads the execution from the server (no visibility lag).
             await page.reload(wait_until="domcontentloaded")
             await expect(status).to_have_text(re.compile("completed", re.IGNORECASE))
         except BaseException as err:
@@ -159,22 +157,47 @@ async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui
             try:
                 await page.screenshot(path=str(shot), full_page=True)
                 (tmp_path / "web-ui-failure.html").write_text(await page.content())
-                err.add_note(f"screenshot: {shot}; page: {page.url}; worker log: {ui_stack.log_file('worker')}")
+                err.add_note(f"screenshot: {shot}; page: {page.url}")
             except Exception as shot_err:  # the browser may be what failed
                 err.add_note(f"no screenshot: {shot_err}")
             raise
         finally:
             await browser.close()
 
-    refunds = ui_world.refunds("SU-88421")
-    assert len(refunds) == 1, refunds
-    assert refunds[0]["amount_cents"] == 11_800
-    assert refunds[0]["intent_key"] == key
-    final = await checkpoint(handle)
-    assert final.state == "completed"
-    assert len(final.decisions) == 1, final.decisions
-    record = final.decisions[0]
-    assert record.status == "applied", record
-    assert record.decision is not None
-    assert (record.decision.decided_by, record.decision.decision, record.decision.intent_key) == (
-        OPERATOR, "approve", key)
+
+async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui_settings: Settings,
+                                             ui_world: World, tmp_path: Path) -> None:
+    client = await Client.connect(ui_stack.address, data_converter=pydantic_data_converter)
+    handle = await start_task(client, ui_settings, scenario_task("SU-88421"))
+    try:
+        cp = await waiting(handle)
+        assert cp.waiting_for is not None
+        assert (cp.waiting_for.tool, cp.waiting_for.reason) == ("issue_refund", "approval_required")
+        assert ui_world.refunds("SU-88421") == []
+        key = cp.waiting_for.intent_key
+        payload = {"intent_key": key, "decision": "approve", "decided_by": OPERATOR,
+                   "note": "approved in the Web UI"}
+
+        await approve_in_browser(chromium, ui_stack.ui_url, handle, payload, tmp_path)
+
+        refunds = ui_world.refunds("SU-88421")
+        assert len(refunds) == 1, refunds
+        assert refunds[0]["amount_cents"] == 11_800
+        assert refunds[0]["intent_key"] == key
+        final = await checkpoint(handle)
+        assert final.state == "completed"
+        assert len(final.decisions) == 1, final.decisions
+        record = final.decisions[0]
+        assert record.status == "applied", record
+        assert record.decision is not None
+        assert (record.decision.decided_by, record.decision.decision, record.decision.intent_key) == (
+            OPERATOR, "approve", key)
+    except BaseException as err:
+        # pytest keeps only the last few tmp dirs: carry what the worker said in the report itself.
+        try:
+            err.add_note(f"checkpoint: {(await checkpoint(handle)).model_dump_json()[:2000]}")
+        except Exception as query_err:
+            err.add_note(f"no checkpoint: {query_err}")
+        log = ui_stack.log_file("worker")
+        err.add_note(f"worker log {log}, last lines:\n{_tail(log)}")
+        raise
