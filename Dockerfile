@@ -6,6 +6,7 @@ COPY core ./core
 COPY workflows ./workflows
 COPY activities ./activities
 COPY devstack ./devstack
+COPY migrations ./migrations
 COPY worker.py starter.py config.py demo.py schedules.py bench.py ./
 RUN pip install --no-cache-dir .
 RUN useradd --create-home agent && mkdir -p /data && chown agent /data

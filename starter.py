@@ -74,7 +74,7 @@ def gateway_for(settings: Settings) -> StripeGateway:
 
 def seed(settings: Settings, batch: int = 0) -> None:
     try:
-        seed_scenarios(Database(settings.agent_db_path), gateway_for(settings), batch)
+        seed_scenarios(Database(settings.database), gateway_for(settings), batch)
     except stripe.StripeError as err:
         raise StarterError(f"cannot reach the payment provider at {settings.stripe_api_base}: "
                            f"{type(err).__name__}") from None
@@ -125,7 +125,7 @@ async def follow(handle: WorkflowHandle, show: bool) -> TaskResult:
 
 
 def world_of(settings: Settings, task: TaskInput) -> dict[str, Any]:
-    world = World(Database(settings.agent_db_path), gateway_for(settings))
+    world = World(Database(settings.database), gateway_for(settings))
     return world.summary(task.task_id, task.facts.get("order_id"), task.facts.get("invoice_id"))
 
 
@@ -200,7 +200,7 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     order_id, build = REFUND_SCENARIOS[args.name]
     run_id = datetime.now(timezone.utc).strftime("%H%M%S")
     seed(settings)
-    gateway, records = gateway_for(settings), Records(Database(settings.agent_db_path))
+    gateway, records = gateway_for(settings), Records(Database(settings.database))
     base = records.order(order_id).order
     rows = []
     client = await connect(settings)
@@ -217,7 +217,7 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
             async with build_worker(client, unsafe, queue):
                 result = await follow(await start_task(client, unsafe.model_copy(update={"task_queue": queue}),
                                                        task), show=False)
-        refunds = World(Database(settings.agent_db_path), gateway).refunds(order.order_id)
+        refunds = World(Database(settings.database), gateway).refunds(order.order_id)
         rows.append((tool, task.task_id, result, refunds, edge.stats() if edge else {}))
     print(f"{args.fault or 'no fault'}, provider {'dedupes' if args.edge_mode == 'dedupe' else 'ignores'} keys")
     for tool, task_id, result, refunds, stats in rows:
@@ -295,7 +295,7 @@ async def redrive(client: Client, settings: Settings, task_id: str, force: bool 
     new = await client.start_workflow(
         WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE, task_timeout=_TASK_TIMEOUT)
-    mark_redriven(Database(settings.agent_db_path), task.task_id)
+    mark_redriven(Database(settings.database), task.task_id)
     return new, task, state
 
 

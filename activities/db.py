@@ -1,113 +1,99 @@
-"""SQLite storage for the effect ledger, the orders and the local outbox.
+"""The database of the ledger, orders, outbox, alerts and dead letters: SQLite by default,
+PostgreSQL by URL. Schema by Alembic migrations (migrations/), queries in portable SQL.
 
-One short-lived connection per unit of work: activities run concurrently in threads and
-WAL lets readers proceed while one writer commits.
+SQLite: one short-lived connection per unit of work, WAL, and `BEGIN IMMEDIATE` so a unit
+of work holds the write lock from its first statement. PostgreSQL: a pooled engine; rows
+that are read to be changed are locked with `FOR UPDATE` (see `lock`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS effects (
-    intent_key   TEXT PRIMARY KEY,
-    task_id      TEXT NOT NULL,
-    tool         TEXT NOT NULL,
-    arguments    TEXT NOT NULL,
-    status       TEXT NOT NULL CHECK (status IN ('intent', 'performed', 'not_performed', 'unknown')),
-    owner        TEXT NOT NULL,
-    lease_until  REAL NOT NULL DEFAULT 0,
-    provider_ref TEXT,
-    amount_cents INTEGER,
-    detail       TEXT,
-    created_at   REAL NOT NULL,
-    updated_at   REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS orders (
-    order_id          TEXT PRIMARY KEY,
-    body              TEXT NOT NULL,
-    customer_ref      TEXT,
-    payment_intent_id TEXT
-);
-CREATE TABLE IF NOT EXISTS invoices (
-    invoice_id   TEXT PRIMARY KEY,
-    body         TEXT NOT NULL,
-    customer_ref TEXT
-);
-CREATE TABLE IF NOT EXISTS outbox (
-    intent_key TEXT PRIMARY KEY,
-    task_id    TEXT NOT NULL,
-    kind       TEXT NOT NULL,
-    recipient  TEXT NOT NULL,
-    subject    TEXT,
-    body       TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS alerts (
-    alert_key  TEXT PRIMARY KEY,
-    task_id    TEXT NOT NULL,
-    kind       TEXT NOT NULL,
-    reason     TEXT NOT NULL,
-    intent_key TEXT,
-    summary    TEXT NOT NULL,
-    delivered  TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS dead_letters (
-    task_id     TEXT NOT NULL,
-    run_id      TEXT NOT NULL,
-    reason      TEXT NOT NULL,
-    checkpoint  TEXT NOT NULL,
-    created_at  REAL NOT NULL,
-    redriven_at REAL,
-    PRIMARY KEY (task_id, run_id)
-);
-CREATE TABLE IF NOT EXISTS reconciliations (
-    id         INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_at REAL NOT NULL,
-    findings   INTEGER NOT NULL,
-    report     TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS confirmations (
-    task_id    TEXT NOT NULL,
-    order_id   TEXT NOT NULL,
-    text       TEXT NOT NULL,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (task_id, order_id)
-);
-"""
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Connection, Engine
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def database_url(target: str | Path) -> str:
+    """A URL from a URL, or from a SQLite file path."""
+    value = str(target)
+    return value if "://" in value else f"sqlite:///{Path(value).resolve()}"
+
+
+class _Session:
+    """A connection in a transaction, with named-parameter SQL and rows as mappings."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> "_Result":
+        return _Result(self._conn.execute(text(sql), dict(params or {})))
+
+
+class _Result:
+    def __init__(self, result) -> None:  # noqa: ANN001
+        self._result = result
+        self.rowcount = result.rowcount
+
+    def fetchone(self) -> Mapping[str, Any] | None:
+        return self._result.mappings().fetchone() if self._result.returns_rows else None
+
+    def fetchall(self) -> list[Mapping[str, Any]]:
+        return list(self._result.mappings().fetchall()) if self._result.returns_rows else []
 
 
 class Database:
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
+    def __init__(self, target: str | Path) -> None:
+        self.url = database_url(target)
+        self.is_sqlite = self.url.startswith("sqlite")
+        self._engine: Engine | None = None
+
+    @property
+    def path(self) -> Path | None:
+        return Path(self.url.removeprefix("sqlite:///")) if self.is_sqlite else None
+
+    @property
+    def lock(self) -> str:
+        """Appended to a SELECT of rows about to change: SQLite already holds the write lock."""
+        return "" if self.is_sqlite else " FOR UPDATE"
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            if self.is_sqlite:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                engine = create_engine(self.url, connect_args={"timeout": 30, "isolation_level": None})
+                event.listen(engine, "connect", _sqlite_pragmas)
+                event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+            else:
+                engine = create_engine(self.url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            self._engine = engine
+        return self._engine
 
     def create(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=30)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-        finally:
-            conn.close()
+        """Bring the schema to the newest migration."""
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
 
     @contextmanager
-    def connect(self) -> Iterator[sqlite3.Connection]:
-        """A connection whose transaction commits on success and rolls back on error."""
-        conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout=30000")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            yield conn
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
+    def connect(self) -> Iterator[_Session]:
+        """A transaction that commits on success and rolls back on error."""
+        with self.engine.begin() as conn:
+            yield _Session(conn)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

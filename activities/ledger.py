@@ -54,18 +54,20 @@ class EffectLedger:
         now = time.time()
         with self._db.connect() as conn:
             inserted = conn.execute(
-                "INSERT OR IGNORE INTO effects (intent_key, task_id, tool, arguments, status, owner, lease_until,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, 'intent', ?, ?, ?, ?)",
-                (key, task_id, tool, json.dumps(arguments, sort_keys=True), owner, now + lease_seconds, now, now),
+                "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, lease_until,"
+                " created_at, updated_at) VALUES (:key, :task, :tool, :args, 'intent', :owner, :lease, :now, :now)"
+                " ON CONFLICT (intent_key) DO NOTHING",
+                {"key": key, "task": task_id, "tool": tool, "args": json.dumps(arguments, sort_keys=True),
+                 "owner": owner, "lease": now + lease_seconds, "now": now},
             ).rowcount == 1
-            row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock, {"key": key}).fetchone()
             previous = None if inserted else row["status"]
             previous_owner = None if inserted else row["owner"]
             if not inserted and row["status"] != "performed" and row["lease_until"] <= now:
                 conn.execute(
-                    "UPDATE effects SET status = 'intent', owner = ?, lease_until = ?, updated_at = ? "
-                    "WHERE intent_key = ?", (owner, now + lease_seconds, now, key))
-                row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
+                    "UPDATE effects SET status = 'intent', owner = :owner, lease_until = :lease, updated_at = :now"
+                    " WHERE intent_key = :key", {"owner": owner, "lease": now + lease_seconds, "now": now, "key": key})
+                row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Claim(Effect.from_row(row), inserted, previous, previous_owner)
 
     def performed(self, key: str, provider_ref: str, amount_cents: int | None, detail: dict[str, Any]) -> None:
@@ -79,7 +81,7 @@ class EffectLedger:
 
     def get(self, key: str) -> Effect | None:
         with self._db.connect() as conn:
-            row = conn.execute("SELECT * FROM effects WHERE intent_key = ?", (key,)).fetchone()
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
     def all(self) -> list[Effect]:
@@ -90,8 +92,9 @@ class EffectLedger:
     def _set(self, key: str, status: str, ref: str | None, amount: int | None, detail: dict[str, Any]) -> None:
         with self._db.connect() as conn:
             conn.execute(
-                "UPDATE effects SET status = ?, provider_ref = COALESCE(?, provider_ref),"
-                " amount_cents = COALESCE(?, amount_cents), detail = ?, lease_until = 0, updated_at = ?"
-                " WHERE intent_key = ?",
-                (status, ref, amount, json.dumps(detail, sort_keys=True), time.time(), key),
+                "UPDATE effects SET status = :status, provider_ref = COALESCE(:ref, provider_ref),"
+                " amount_cents = COALESCE(:amount, amount_cents), detail = :detail, lease_until = 0,"
+                " updated_at = :now WHERE intent_key = :key",
+                {"status": status, "ref": ref, "amount": amount, "detail": json.dumps(detail, sort_keys=True),
+                 "now": time.time(), "key": key},
             )

@@ -48,10 +48,11 @@ class OperationsActivities:
     def _store_alert(self, alert: AlertInput, delivered: str) -> None:
         with self._db.connect() as conn:
             conn.execute(
-                "INSERT OR IGNORE INTO alerts (alert_key, task_id, kind, reason, intent_key, summary, delivered,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (alert.alert_key, alert.task_id, alert.kind, alert.reason, alert.intent_key, alert.summary,
-                 delivered, time.time()))
+                "INSERT INTO alerts (alert_key, task_id, kind, reason, intent_key, summary, delivered, created_at)"
+                " VALUES (:key, :task, :kind, :reason, :intent, :summary, :delivered, :now)"
+                " ON CONFLICT (alert_key) DO NOTHING",
+                {"key": alert.alert_key, "task": alert.task_id, "kind": alert.kind, "reason": alert.reason,
+                 "intent": alert.intent_key, "summary": alert.summary, "delivered": delivered, "now": time.time()})
 
     @activity.defn(name="store_dead_letter")
     async def store_dead_letter(self, letter: DeadLetterInput) -> None:
@@ -60,9 +61,10 @@ class OperationsActivities:
     def _store_dead_letter(self, letter: DeadLetterInput) -> None:
         with self._db.connect() as conn:
             conn.execute(
-                "INSERT OR IGNORE INTO dead_letters (task_id, run_id, reason, checkpoint, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (letter.task_id, letter.run_id, letter.reason, json.dumps(letter.checkpoint), time.time()))
+                "INSERT INTO dead_letters (task_id, run_id, reason, checkpoint, created_at)"
+                " VALUES (:task, :run, :reason, :checkpoint, :now) ON CONFLICT (task_id, run_id) DO NOTHING",
+                {"task": letter.task_id, "run": letter.run_id, "reason": letter.reason,
+                 "checkpoint": json.dumps(letter.checkpoint), "now": time.time()})
 
     @activity.defn(name="record_human_decision")
     async def record_human_decision(self, settle: SettleInput) -> None:
@@ -74,32 +76,33 @@ class OperationsActivities:
         with self._db.connect() as conn:
             conn.execute(
                 "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, provider_ref, detail,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(intent_key) DO UPDATE SET status = excluded.status,"
+                " created_at, updated_at) VALUES (:key, :task, :tool, :args, :status, :owner, :ref, :detail, :now,"
+                " :now) ON CONFLICT (intent_key) DO UPDATE SET status = excluded.status,"
                 " provider_ref = COALESCE(excluded.provider_ref, effects.provider_ref), detail = excluded.detail,"
                 " lease_until = 0, updated_at = excluded.updated_at",
-                (settle.intent_key, settle.task_id, settle.tool, json.dumps(settle.arguments, sort_keys=True),
-                 settle.status, f"human:{settle.decided_by}", settle.provider_ref, detail, now, now))
+                {"key": settle.intent_key, "task": settle.task_id, "tool": settle.tool,
+                 "args": json.dumps(settle.arguments, sort_keys=True), "status": settle.status,
+                 "owner": f"human:{settle.decided_by}", "ref": settle.provider_ref, "detail": detail, "now": now})
 
 
 def dead_letters(db: Database, task_id: str | None = None) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        sql, params = "SELECT * FROM dead_letters", ()
+        sql, params = "SELECT * FROM dead_letters", {}
         if task_id:
-            sql, params = sql + " WHERE task_id = ?", (task_id,)
+            sql, params = sql + " WHERE task_id = :task", {"task": task_id}
         rows = conn.execute(sql + " ORDER BY created_at", params).fetchall()
     return [{**dict(r), "checkpoint": json.loads(r["checkpoint"])} for r in rows]
 
 
 def alerts(db: Database, task_id: str | None = None) -> list[dict[str, Any]]:
     with db.connect() as conn:
-        sql, params = "SELECT * FROM alerts", ()
+        sql, params = "SELECT * FROM alerts", {}
         if task_id:
-            sql, params = sql + " WHERE task_id = ?", (task_id,)
+            sql, params = sql + " WHERE task_id = :task", {"task": task_id}
         return [dict(r) for r in conn.execute(sql + " ORDER BY created_at", params).fetchall()]
 
 
 def mark_redriven(db: Database, task_id: str) -> None:
     with db.connect() as conn:
-        conn.execute("UPDATE dead_letters SET redriven_at = ? WHERE task_id = ? AND redriven_at IS NULL",
-                     (time.time(), task_id))
+        conn.execute("UPDATE dead_letters SET redriven_at = :now WHERE task_id = :task AND redriven_at IS NULL",
+                     {"now": time.time(), "task": task_id})

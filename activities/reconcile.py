@@ -32,9 +32,9 @@ class ReconcileActivities:
     def _provider_effects(self) -> list[Any]:
         """Every refund of our orders' payments, and every payment to our payees."""
         with self._db.connect() as conn:
-            intents = [r[0] for r in conn.execute("SELECT payment_intent_id FROM orders WHERE payment_intent_id"
-                                                  " IS NOT NULL").fetchall()]
-            payees = {r[0] for r in conn.execute("SELECT customer_ref FROM invoices").fetchall()}
+            intents = [r["payment_intent_id"] for r in conn.execute(
+                "SELECT payment_intent_id FROM orders WHERE payment_intent_id IS NOT NULL").fetchall()]
+            payees = {r["customer_ref"] for r in conn.execute("SELECT customer_ref FROM invoices").fetchall()}
         effects = [r for pi in intents for r in self._gateway.refunds(pi)]
         for payee in payees:
             effects += [p for p in self._gateway.payments_to(payee) if p.metadata and KEY_FIELD in p.metadata]
@@ -72,16 +72,17 @@ class ReconcileActivities:
 
     def _store(self, report: ReconcileReport) -> None:
         with self._db.connect() as conn:
-            conn.execute("INSERT INTO reconciliations (created_at, findings, report) VALUES (?, ?, ?)",
-                         (time.time(), len(report.findings), report.model_dump_json()))
+            conn.execute("INSERT INTO reconciliations (created_at, findings, report) VALUES (:now, :n, :report)",
+                         {"now": time.time(), "n": len(report.findings), "report": report.model_dump_json()})
 
 
 def _updated_at(db: Database, key: str) -> float:
     with db.connect() as conn:
-        return conn.execute("SELECT updated_at FROM effects WHERE intent_key = ?", (key,)).fetchone()[0]
+        return conn.execute("SELECT updated_at FROM effects WHERE intent_key = :key", {"key": key}).fetchone()[
+            "updated_at"]
 
 
 def latest_report(db: Database) -> ReconcileReport | None:
     with db.connect() as conn:
-        row = conn.execute("SELECT report FROM reconciliations ORDER BY created_at DESC LIMIT 1").fetchone()
-    return ReconcileReport.model_validate(json.loads(row[0])) if row else None
+        row = conn.execute("SELECT report FROM reconciliations ORDER BY id DESC LIMIT 1").fetchone()
+    return ReconcileReport.model_validate(json.loads(row["report"])) if row else None

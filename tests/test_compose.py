@@ -43,7 +43,7 @@ def test_compose_registers_our_search_attributes_and_points_the_worker_at_the_cl
 def test_the_image_holds_every_module_the_package_declares():
     dockerfile = (ROOT / "Dockerfile").read_text()
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    for package in declared["packages"]:
+    for package in {p.split(".")[0] for p in declared["packages"]}:
         assert re.search(rf"COPY {package} ", dockerfile), package
     for module in declared["py-modules"]:
         assert f"{module}.py" in dockerfile, module

@@ -35,10 +35,10 @@ def plant(world: World, db: Database) -> dict[str, str]:
     with db.connect() as conn:
         conn.execute("INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, provider_ref,"
                      " created_at, updated_at) VALUES ('v1:issue_refund:ghost', 't', 'issue_refund', '{}',"
-                     " 'performed', 'o', 're_ghost', ?, ?)", (now, now))
+                     " 'performed', 'o', 're_ghost', :now, :now)", {"now": now})
         conn.execute("INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner,"
                      " created_at, updated_at) VALUES ('v1:issue_refund:stale', 't', 'issue_refund', '{}',"
-                     " 'intent', 'o', ?, ?)", (now - 3600, now - 3600))
+                     " 'intent', 'o', :then, :then)", {"then": now - 3600})
     return {"duplicate": performed["intent_key"], "orphan": orphan.id}
 
 

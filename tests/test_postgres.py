@@ -1,0 +1,135 @@
+"""The ledger on PostgreSQL (127.0.0.1:5432, a database of its own per test): migrations,
+intent uniqueness under concurrency from several processes, and the end-to-end paths."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import signal
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from pydantic import SecretStr
+from temporalio.client import Client
+
+from activities.db import Database
+from activities.ledger import EffectLedger
+from activities.payments import StripeGateway
+from activities.seed import seed_scenarios
+from activities.world import World
+from config import Settings
+from core.models import Outcome
+from devstack.edge_control import EdgeControl, preset
+from devstack.stack import STRIPE_API_KEY, Stack
+from tests.conftest import running_worker
+from tests.helpers import run, scenario_task, start
+
+ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture
+def pg_url():
+    name = f"agent_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(ADMIN, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as err:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is not reachable: {err}")
+    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg(settings: Settings, pg_url: str, edge: EdgeControl) -> tuple[Settings, World]:
+    edge.configure("dedupe")
+    pg_settings = settings.model_copy(update={"database_url": SecretStr(pg_url)})
+    db = Database(pg_url)
+    gateway = StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, 10.0)
+    seed_scenarios(db, gateway)
+    return pg_settings, World(db, gateway)
+
+
+def test_migrations_create_the_schema_and_are_idempotent(pg_url: str):
+    db = Database(pg_url)
+    db.create()
+    db.create()
+    with db.connect() as conn:
+        tables = {r["table_name"] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'").fetchall()}
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchone()["version_num"]
+    assert {"effects", "orders", "outbox", "alerts", "dead_letters", "reconciliations"} <= tables
+    assert version == "0001"
+
+
+def _claim_many(url: str, key: str, threads: int, go, results) -> None:
+    import threading
+
+    ledger = EffectLedger(Database(url))
+    barrier = threading.Barrier(threads)
+
+    def one(i: int) -> None:
+        barrier.wait()
+        claim = ledger.claim(key, "task", "issue_refund", {"n": 1}, f"{multiprocessing.current_process().pid}-{i}",
+                             lease_seconds=60)
+        results.put((claim.fresh, claim.effect.owner))
+
+    go.wait(30)
+    workers = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+
+
+def test_exactly_one_intent_row_wins_across_processes(pg_url: str):
+    Database(pg_url).create()
+    key = f"v1:issue_refund:{uuid.uuid4().hex}"
+    ctx = multiprocessing.get_context("spawn")
+    go, results = ctx.Event(), ctx.Queue()
+    processes = [ctx.Process(target=_claim_many, args=(pg_url, key, 8, go, results)) for _ in range(4)]
+    for p in processes:
+        p.start()
+    go.set()
+    claims = [results.get(timeout=60) for _ in range(32)]
+    for p in processes:
+        p.join(30)
+    winners = [owner for fresh, owner in claims if fresh]
+    assert len(winners) == 1
+    assert {owner for _, owner in claims} == set(winners), "every loser saw the winner's row"
+    with Database(pg_url).connect() as conn:
+        assert conn.execute("SELECT count(*) AS n FROM effects").fetchone()["n"] == 1
+
+
+async def test_scenarios_and_faults_end_to_end_on_postgres(client: Client, pg, edge: EdgeControl):
+    settings, world = pg
+    fast = settings.model_copy(update={"stripe_timeout_seconds": 1.0})
+    async with running_worker(client, fast):
+        await run(client, fast, scenario_task("INV-9"))
+        await run(client, fast, scenario_task("refund-8841", repeat_effects=1))
+        edge.configure("passthrough", preset("timeout-after-accept", "/v1/refunds", 1.0))
+        result = await run(client, fast, scenario_task("SU-88421"))
+    edge.configure("dedupe")
+    assert len(world.payments("INV-9")) == 1
+    assert len(world.refunds("ORD-8841")) == 1 and len(world.refunds("SU-88421")) == 1
+    assert "verified by provider lookup" in result.checkpoint.steps["issue_refund"].trail[0]
+    statuses = {e["status"] for e in world.effects()}
+    assert statuses == {"performed"} and len(world.effects()) == 8
+
+
+async def test_crash_after_accept_resumes_on_postgres(stack: Stack, client: Client, pg, worker_env, tmp_path: Path):
+    settings, world = pg
+    env = {**worker_env, "DATABASE_URL": settings.database}
+    crashing = stack.start_worker(tmp_path / "crashing.log", {**env, "CRASH_AT": "issue_refund:after_provider",
+                                                              "CRASH_MARKER": str(tmp_path / "crashed")})
+    handle = await start(client, settings, scenario_task("refund-8841"))
+    assert await asyncio.to_thread(crashing.process.wait, 60) == -signal.SIGKILL
+    fresh = stack.start_worker(tmp_path / "fresh.log", env)
+    try:
+        result = await asyncio.wait_for(handle.result(), 90)
+    finally:
+        fresh.stop()
+    assert [r["amount_cents"] for r in world.refunds("ORD-8841")] == [4500]
+    assert result.checkpoint.steps["issue_refund"].outcome is Outcome.PERFORMED
