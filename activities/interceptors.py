@@ -1,16 +1,20 @@
-"""Activity interceptors: steady heartbeats, and crash points around every activity."""
+"""Activity interceptors: steady heartbeats, crash points, and the outcome of every tool call
+as a metric and a structured log line (task id, tool, intent key)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities.faults import crash_point
+from core.models import ToolResult
 
 HEARTBEAT_EVERY_SECONDS = 0.5
+log = logging.getLogger("agent.tools")
 
 
 class WorkerInterceptor(Interceptor):
@@ -21,15 +25,27 @@ class WorkerInterceptor(Interceptor):
 class _Inbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         """Heartbeat while the activity runs, so a dead worker is noticed in seconds, not minutes."""
-        name = activity.info().activity_type
-        crash_point(f"{name}:start")
+        info = activity.info()
+        crash_point(f"{info.activity_type}:start")
         beat = asyncio.create_task(_heartbeat())
         try:
             result = await self.next.execute_activity(input)
         finally:
             beat.cancel()
-        crash_point(f"{name}:end")
+        crash_point(f"{info.activity_type}:end")
+        if isinstance(result, ToolResult):
+            _record(info, result)
         return result
+
+
+def _record(info: activity.Info, result: ToolResult) -> None:
+    outcome = result.outcome.value if result.outcome else ("error" if result.reason else "ok")
+    activity.metric_meter().create_counter(
+        "agent_tool_outcomes", "Tool calls by tool and outcome (performed, already_performed, not_performed, "
+        "unknown; reads: ok, error)").add(1, {"tool": result.tool, "outcome": outcome})
+    log.info("tool %s %s", result.tool, outcome, extra={
+        "task_id": info.workflow_id, "tool": result.tool, "intent_key": result.intent_key, "outcome": outcome,
+        "reason": result.reason, "attempt": info.attempt})
 
 
 async def _heartbeat() -> None:

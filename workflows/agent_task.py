@@ -328,6 +328,8 @@ class AgentTaskWorkflow:
         now = workflow.now()
         deadline = now + timedelta(seconds=self._task.escalation_timeout_seconds)
         self._checkpoint.escalations += 1
+        workflow.metric_meter().create_counter("agent_escalations", "Escalations to a human, by reason").add(
+            1, {"reason": reason})
         self._checkpoint.waiting_for = Escalation(
             intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail,
             since=_iso(now), deadline=_iso(deadline), allowed=ALLOWED[reason])
@@ -416,6 +418,7 @@ class AgentTaskWorkflow:
     async def _dead_letter(self, reason: str) -> None:
         """Store the task with its whole checkpoint and alert: never a silent failure."""
         wait = self._checkpoint.waiting_for
+        workflow.metric_meter().create_counter("agent_dead_letters", "Tasks ended as dead letters").add(1)
         self._checkpoint.dead_letter_reason = reason
         self._checkpoint.waiting_for = None
         self._set_state("dead_lettered", escalation=wait.reason if wait else "dead_letter")

@@ -1,0 +1,63 @@
+"""Metrics, structured logs and tracing for the worker.
+
+- Metrics: the Temporal SDK's own (task latencies, slots, polls) and ours (`agent_tool_outcomes`,
+  `agent_escalations`, `agent_dead_letters`), recorded through the SDK's meter and served together
+  on one Prometheus endpoint, http://127.0.0.1:METRICS_PORT/metrics.
+- Logs: one JSON object per line, carrying task id, tool and intent key where there is one.
+- Tracing: OpenTelemetry spans for workflows and activities through temporalio's contrib
+  interceptor, off unless OTEL_TRACING=1 (an OTLP exporter is configured by the usual
+  OTEL_EXPORTER_OTLP_* variables when opentelemetry-exporter-otlp is installed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+_FIELDS = ("task_id", "tool", "intent_key", "outcome", "reason", "attempt")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+                                "message": record.getMessage()}
+        line.update({k: getattr(record, k) for k in _FIELDS if getattr(record, k, None) is not None})
+        for key in ("temporal_workflow", "temporal_activity"):
+            details = getattr(record, key, None)
+            if isinstance(details, dict):
+                line.setdefault("task_id", details.get("workflow_id"))
+                line[key.removeprefix("temporal_")] = {k: v for k, v in details.items()
+                                                       if k in ("workflow_type", "run_id", "activity_type",
+                                                                "attempt")}
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def setup_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+def runtime(metrics_port: int) -> Runtime:
+    """A Temporal runtime exporting metrics to Prometheus on 127.0.0.1, or the default one (port 0)."""
+    if not metrics_port:
+        return Runtime.default()
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{metrics_port}")))
+
+
+def tracing_interceptors(enabled: bool) -> list:
+    if not enabled:
+        return []
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    return [TracingInterceptor()]
