@@ -35,7 +35,7 @@ $(COMPOSE):
 	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose)
 
 up: $(VENV)/.installed
-	@$(PYTHON) -m devstack up --worker
+	@METRICS_PORT=$${METRICS_PORT:-9464} $(PYTHON) -m devstack up --worker
 
 down: $(VENV)/.installed
 	@$(PYTHON) -m devstack down

@@ -1,7 +1,9 @@
 """Configuration from the environment, read at the entry points and inside activities.
 
 Secrets (the Stripe key) are read here by the worker only; they never enter workflow or
-activity inputs, so they never reach an event history.
+activity inputs, so they never reach an event history. The model providers' keys and base URLs
+(OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL) are not settings: the
+model backend reads them from the environment itself (activities/backends/).
 """
 
 from __future__ import annotations
@@ -19,18 +21,29 @@ PROJECT_ROOT = Path(__file__).resolve().parent
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", env_ignore_empty=True)
 
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    temporal_api_key: SecretStr | None = None
+    temporal_tls_cert: Path | None = None
+    temporal_tls_key: Path | None = None
+    payload_encryption_key: SecretStr | None = Field(default=None, description="base64 of 32 bytes; see codec.py")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus endpoint on 127.0.0.1; 0 is off")
+    otel_tracing: bool = False
     task_queue: str = DEFAULT_TASK_QUEUE
     stripe_api_key: SecretStr = SecretStr("sk_test_local")
     stripe_api_base: str = "http://127.0.0.1:8420"
     stripe_timeout_seconds: float = Field(default=5.0, gt=0)
     stripe_sdk_retries: int = Field(default=2, ge=0, le=5)
     agent_db_path: Path = PROJECT_ROOT / ".local" / "agent.db"
+    database_url: SecretStr | None = Field(default=None, description="postgresql+psycopg://...; SQLite file if unset")
     approval_ceiling_cents: int = Field(default=15000, ge=0)
-    model_backend: str = "scripted"
+    model_backend: Literal["scripted", "openai", "anthropic"] = "scripted"
+    model_name: str | None = Field(default=None, description="the provider's model id; required unless scripted")
+    model_timeout_seconds: float = Field(default=100.0, gt=0, le=115, description="one request; under the "
+                                         "model_turn activity's 120 s start-to-close")
+    model_max_tokens: int = Field(default=4096, gt=0, description="reply token limit (sent to Anthropic)")
     refund_tool: Literal["safe", "unsafe"] = "safe"
     temporal_ui_url: str = "http://127.0.0.1:8233"
     alert_webhook_url: str | None = None
@@ -38,6 +51,11 @@ class Settings(BaseSettings):
     escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
     approvers: str = Field(default="", description="comma-separated; empty: anyone may decide")
     reconcile_every_minutes: float = Field(default=5, ge=0, description="0 turns the reconciliation schedule off")
+
+    @property
+    def database(self) -> str:
+        """Where the ledger lives: DATABASE_URL, else the SQLite file at AGENT_DB_PATH."""
+        return self.database_url.get_secret_value() if self.database_url else str(self.agent_db_path)
 
     @property
     def approver_list(self) -> list[str]:

@@ -24,8 +24,8 @@ CLIENT_TIMEOUT = 2.0  # seconds; the injected "timeout after accept" answers one
 
 def settings_for(stack: Stack) -> Settings:
     return Settings(temporal_address=stack.address, task_queue=stack.task_queue, stripe_api_base=stack.stripe_url,
-                    stripe_api_key=STRIPE_API_KEY, agent_db_path=stack.agent_db,
-                    temporal_ui_url=stack.ui_url or "")
+                    stripe_api_key=STRIPE_API_KEY, agent_db_path=stack.agent_db, database_url=None,
+                    temporal_ui_url=stack.ui_url or "", model_backend="scripted")
 
 
 def run_scenarios(settings: Settings) -> list[dict]:
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack(data_dir=DATA_DIR)
     try:
         stack.start()
-        stack.start_worker(extra_env={"STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT)})
+        stack.start_worker(extra_env={"STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "MODEL_BACKEND": "scripted",
+                                      "DATABASE_URL": "", "PAYLOAD_ENCRYPTION_KEY": ""})
         print(f"Temporal {stack.address}, Web UI {stack.ui_url}, localstripe {stack.stripe_url}, data {DATA_DIR}")
         settings = settings_for(stack).model_copy(update={"stripe_timeout_seconds": CLIENT_TIMEOUT})
         summaries = run_scenarios(settings)

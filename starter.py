@@ -25,10 +25,10 @@ from typing import Any
 import stripe
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+import connection
 from activities.db import Database
 from activities.payments import StripeGateway
 from activities.operations import mark_redriven
@@ -61,8 +61,9 @@ class StarterError(Exception):
 
 async def connect(settings: Settings) -> Client:
     try:
-        return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
-                                    data_converter=pydantic_data_converter)
+        return await connection.connect(settings)
+    except ValueError as err:
+        raise StarterError(str(err)) from None
     except Exception as err:
         raise StarterError(f"cannot reach Temporal at {settings.temporal_address}: {str(err).splitlines()[0]}")
 

@@ -10,15 +10,17 @@ from datetime import timedelta
 import stripe
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
 from activities.interceptors import WorkerInterceptor
+from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
 from activities.records import Records
 from activities.unsafe import UnsafeRefund
+import connection
+import telemetry
 from config import Settings, load_settings
 from core.names import SEARCH_ATTRIBUTES
 from activities.reconcile import ReconcileActivities
@@ -33,8 +35,15 @@ def fail(message: str) -> None:
 
 async def connect(settings: Settings) -> Client:
     try:
-        return await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace,
-                                    data_converter=pydantic_data_converter)
+        runtime = telemetry.runtime(settings.metrics_port)
+    except Exception as err:  # the port is taken or not ours to bind
+        fail(f"cannot serve metrics on 127.0.0.1:{settings.metrics_port}: {str(err).splitlines()[0]}")
+        raise
+    try:
+        return await connection.connect(settings, runtime, telemetry.tracing_interceptors(settings.otel_tracing))
+    except ValueError as err:  # a malformed encryption key
+        fail(str(err))
+        raise
     except Exception as err:  # the SDK raises RuntimeError with a long transport message
         fail(f"cannot reach Temporal at {settings.temporal_address} "
              f"(namespace {settings.temporal_namespace}): {str(err).splitlines()[0]}")
@@ -54,9 +63,16 @@ async def check_search_attributes(client: Client, namespace: str) -> None:
              + " && ".join(f"temporal operator search-attribute create --name {n} --type Keyword" for n in missing))
 
 
+def model_backend(settings: Settings) -> ModelBackend:
+    """The model MODEL_BACKEND names; the real ones read their keys from the environment."""
+    return make_backend(settings.model_backend, settings.model_name,
+                        timeout_seconds=settings.model_timeout_seconds, max_tokens=settings.model_max_tokens)
+
+
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
-                 workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000) -> Worker:
-    db = Database(settings.agent_db_path)
+                 workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
+                 backend: ModelBackend | None = None) -> Worker:
+    db = Database(settings.database)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
                             settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
@@ -66,7 +82,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     if settings.refund_tool == "unsafe":
         unsafe = UnsafeRefund(Records(db), gateway)
         activities = [a for a in activities if a.__name__ != "issue_refund"] + [unsafe.issue_refund]
-    model = ModelActivities(settings.model_backend)
+    model = ModelActivities(backend or model_backend(settings))
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
     return Worker(
@@ -95,19 +111,27 @@ def check_provider(settings: Settings) -> None:
 
 async def main() -> None:
     settings = load_settings()
+    telemetry.setup_logging()
+    try:
+        model = model_backend(settings)
+    except ModelConfigError as err:
+        fail(str(err))
+        raise
     check_provider(settings)
     client = await connect(settings)
     await check_search_attributes(client, settings.temporal_namespace)
     if settings.reconcile_every_minutes:
         await ensure_reconcile_schedule(client, settings.task_queue, timedelta(minutes=settings.reconcile_every_minutes))
-    worker = build_worker(client, settings)
+    worker = build_worker(client, settings, backend=model)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with worker:
-        print(f"worker ready: task queue {settings.task_queue} on {settings.temporal_address}", flush=True)
+        print(f"worker ready: task queue {settings.task_queue} on {settings.temporal_address}, "
+              f"model {model.describe()}", flush=True)
         await stop.wait()
+    await model.aclose()
     print("worker stopped", flush=True)
 
 

@@ -1,23 +1,82 @@
-"""The model turn activity: provider-neutral messages and tool schemas in, a reply out."""
+"""The model turn activity: provider-neutral messages and tool schemas in, a reply out.
+
+The backend is chosen once per worker (`make_backend`, from MODEL_BACKEND and MODEL_NAME); the
+activity is the same `model_turn` whichever answers. What history records is our `ModelReply`,
+so a replay never calls a model. Real backends read their keys from the environment themselves.
+"""
 
 from __future__ import annotations
 
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from typing import Protocol
 
+from temporalio import activity
+
+from activities.backends import ModelConfigError
 from activities.scripted import ScriptedModel
-from core.models import ModelReply, ModelTurnInput
+from core.models import ModelReply, ModelTurnInput, ToolSchema
 from core.names import MODEL_TURN_ACTIVITY
 from core.tools import REGISTRY
 
+BACKENDS = ("scripted", "openai", "anthropic")
+
+__all__ = ["BACKENDS", "ModelActivities", "ModelBackend", "ModelConfigError", "ScriptedBackend", "make_backend"]
+
+
+class ModelBackend(Protocol):
+    """What answers a model turn. Raise `ApplicationError` for failures (see backends/_errors.py)."""
+
+    async def reply(self, turn: ModelTurnInput, schemas: list[ToolSchema]) -> ModelReply: ...
+
+    def describe(self) -> str: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ScriptedBackend:
+    """The deterministic model that plays the scenarios, behind the async interface."""
+
+    def __init__(self) -> None:
+        self._model = ScriptedModel()
+
+    async def reply(self, turn: ModelTurnInput, schemas: list[ToolSchema]) -> ModelReply:
+        return self._model.reply(turn, schemas)
+
+    def describe(self) -> str:
+        return "scripted"
+
+    async def aclose(self) -> None:
+        return None
+
+
+def make_backend(name: str, model_name: str | None = None, *, timeout_seconds: float = 100.0,
+                 max_tokens: int = 4096) -> ModelBackend:
+    """The backend MODEL_BACKEND names; `ModelConfigError` if it cannot start.
+
+    Args:
+        name: `scripted`, `openai` (OpenAI-compatible Chat Completions) or `anthropic` (Messages).
+        model_name: the provider's model id (MODEL_NAME); required by the real backends.
+        timeout_seconds: the HTTP timeout of one request, below the activity's start-to-close.
+        max_tokens: the reply's token limit (Anthropic requires one; OpenAI is sent none).
+    """
+    if name == "scripted":
+        return ScriptedBackend()
+    if name not in BACKENDS:
+        raise ModelConfigError(f"unknown MODEL_BACKEND {name!r}; choose one of {', '.join(BACKENDS)}")
+    if not model_name:
+        raise ModelConfigError(f"MODEL_BACKEND={name} needs MODEL_NAME (the provider's model id)")
+    if name == "openai":
+        from activities.backends.openai_chat import OpenAIChatBackend
+        return OpenAIChatBackend(model_name, timeout_seconds=timeout_seconds)
+    from activities.backends.anthropic_messages import AnthropicMessagesBackend
+    return AnthropicMessagesBackend(model_name, timeout_seconds=timeout_seconds, max_tokens=max_tokens)
+
 
 class ModelActivities:
-    def __init__(self, backend: str) -> None:
-        if backend != "scripted":
-            raise ApplicationError(f"unknown MODEL_BACKEND {backend!r}", type="Configuration", non_retryable=True)
-        self._backend = ScriptedModel()
+    def __init__(self, backend: ModelBackend) -> None:
+        self._backend = backend
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, turn: ModelTurnInput) -> ModelReply:
+        """One model turn; the worker's interceptor heartbeats while the provider thinks."""
         schemas = [REGISTRY[name].schema() for name in turn.tools if name in REGISTRY]
-        return self._backend.reply(turn, schemas)
+        return await self._backend.reply(turn, schemas)

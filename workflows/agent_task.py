@@ -136,7 +136,7 @@ class AgentTaskWorkflow:
                     summary=f"model turn {turn}",
                 )
             except ActivityError as err:
-                raise _Stop("dead_lettered", f"model unavailable after retries: {_cause(err)}") from None
+                raise _Stop("dead_lettered", f"model turn failed for good: {_cause(err)}") from None
             self._transcript.append(ChatMessage(role="assistant", content=reply.content,
                                                 tool_calls=reply.tool_calls))
             if not reply.tool_calls:
