@@ -335,6 +335,7 @@ class TemporalDevServer(ManagedProcess):
         namespace: str = "default",
         headless: bool = False,
         search_attributes: Mapping[str, str] = SEARCH_ATTRIBUTES,
+        codec_endpoint: str | None = None,
     ) -> None:
         super().__init__(log_file)
         self.port = port
@@ -342,6 +343,7 @@ class TemporalDevServer(ManagedProcess):
         self.db_file = Path(db_file)
         self.namespace = namespace
         self.headless = headless
+        self.codec_endpoint = codec_endpoint
         self.search_attributes = dict(search_attributes)
 
     @property
@@ -368,6 +370,8 @@ class TemporalDevServer(ManagedProcess):
             cmd.append("--headless")
         else:
             cmd += ["--ui-port", str(self.ui_port), "--ui-ip", LOOPBACK, "--ui-disable-news-fetch"]
+            if self.codec_endpoint:
+                cmd += ["--ui-codec-endpoint", self.codec_endpoint]
         for key, kind in self.search_attributes.items():
             cmd += ["--search-attribute", f"{key}={kind}"]
         return cmd
@@ -438,6 +442,34 @@ class LocalStripe(ManagedProcess):
                 return response.status == 200
         except (urllib.error.URLError, OSError):
             return False
+
+
+class CodecServer(ManagedProcess):
+    """`codec.py serve`: decrypts payloads for the Web UI when PAYLOAD_ENCRYPTION_KEY is set."""
+
+    name = "codec"
+    default_timeout = 30.0
+
+    def __init__(self, port: int, log_file: Path | str, ui_origins: list[str]) -> None:
+        super().__init__(log_file)
+        self.port = port
+        self.ui_origins = ui_origins
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, str(PROJECT_ROOT / "codec.py"), "serve", "--port", str(self.port)]
+        for origin in self.ui_origins:
+            cmd += ["--ui-origin", origin]
+        return cmd
+
+    def cwd(self) -> Path:
+        return PROJECT_ROOT
+
+    def probe(self) -> bool:
+        return tcp_accepts(self.port)
 
 
 class WorkerProcess(ManagedProcess):

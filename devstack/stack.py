@@ -7,6 +7,7 @@ runs never share a server, a provider store or a database.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from types import TracebackType
 from devstack.processes import (
     LOOPBACK,
     PROJECT_ROOT,
+    CodecServer,
     ConfigError,
     LocalStripe,
     ManagedProcess,
@@ -43,6 +45,8 @@ class Stack:
     detached: bool = False
     temporal: TemporalDevServer | None = field(default=None, init=False)
     localstripe: LocalStripe | None = field(default=None, init=False)
+    codec: CodecServer | None = field(default=None, init=False)
+    codec_port: int = 8888
     workers: list[WorkerProcess] = field(default_factory=list, init=False)
     startup_seconds: dict[str, float] = field(default_factory=dict, init=False)
 
@@ -115,9 +119,16 @@ class Stack:
         """
         self.check_ports()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if os.environ.get("PAYLOAD_ENCRYPTION_KEY") and not self.headless:
+            ui = f"http://{LOOPBACK}:{self.ui_port}"
+            self.codec = CodecServer(self.codec_port, self.log_file("codec"), [ui, ui.replace(LOOPBACK, "localhost")])
+            self.codec.detached = self.detached
+            self.codec.start()
+            self.startup_seconds["codec"] = self.codec.wait_ready(self.timeout)
         self.temporal = TemporalDevServer(
             self.temporal_port, self.ui_port, self.temporal_db, self.log_file("temporal"),
             namespace=self.namespace, headless=self.headless,
+            codec_endpoint=self.codec.url if self.codec else None,
         )
         self.localstripe = LocalStripe(self.stripe_port, self.log_file("localstripe"),
                                        self.data_dir / "localstripe.pickle")
@@ -146,7 +157,7 @@ class Stack:
         return worker
 
     def processes(self) -> list[ManagedProcess]:
-        return [p for p in (self.temporal, self.localstripe, *self.workers) if p is not None]
+        return [p for p in (self.temporal, self.localstripe, self.codec, *self.workers) if p is not None]
 
     def stop(self) -> None:
         """Workers first (they talk to the others), then localstripe, then Temporal."""
@@ -154,6 +165,8 @@ class Stack:
             worker.stop()
         if self.localstripe is not None:
             self.localstripe.stop()
+        if self.codec is not None:
+            self.codec.stop()
         if self.temporal is not None:
             self.temporal.stop()
 
