@@ -30,6 +30,7 @@ from temporalio.service import RPCError
 
 import connection
 from activities.db import Database
+from activities.model import ModelConfigError
 from activities.payments import StripeGateway
 from activities.operations import mark_redriven
 from activities.records import Records
@@ -215,7 +216,11 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
             result = await follow(await start_task(client, settings, task), show=False)
         else:
             unsafe = settings.model_copy(update={"refund_tool": "unsafe"})
-            async with build_worker(client, unsafe, queue):
+            try:
+                naive_worker = build_worker(client, unsafe, queue)
+            except ModelConfigError as err:
+                raise StarterError(str(err)) from None
+            async with naive_worker:
                 result = await follow(await start_task(client, unsafe.model_copy(update={"task_queue": queue}),
                                                        task), show=False)
         refunds = World(Database(settings.database), gateway).refunds(order.order_id)

@@ -240,7 +240,8 @@ class ToolActivities:
     @activity.defn(name="write_confirmation")
     async def write_confirmation(self, call: ToolInput) -> ToolResult:
         args = WriteConfirmationArgs.model_validate(call.arguments)
-        if self._records.order(args.order_id) is None:
+        record = await self._order(args.order_id)
+        if record is None:
             return _not_performed(call, "unknown_order", f"no order {args.order_id}")
         await _in_thread(upsert_confirmation, self._db, call.task_id, args.order_id, args.text)
         return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key, attempt=_attempt(),
@@ -249,7 +250,7 @@ class ToolActivities:
     @activity.defn(name="notify_customer")
     async def notify_customer(self, call: ToolInput) -> ToolResult:
         args = NotifyCustomerArgs.model_validate(call.arguments)
-        record = self._records.order(args.order_id)
+        record = await self._order(args.order_id)
         if record is None:
             return _not_performed(call, "unknown_order", f"no order {args.order_id}")
         return await self._send(call, "email", record.order.customer_email, f"Your order {args.order_id}",
@@ -258,7 +259,7 @@ class ToolActivities:
     @activity.defn(name="message_seller")
     async def message_seller(self, call: ToolInput) -> ToolResult:
         args = MessageSellerArgs.model_validate(call.arguments)
-        record = self._records.order(args.order_id)
+        record = await self._order(args.order_id)
         if record is None:
             return _not_performed(call, "unknown_order", f"no order {args.order_id}")
         return await self._send(call, "seller_message", record.order.seller_email, f"Order {args.order_id}",
@@ -267,13 +268,14 @@ class ToolActivities:
     @activity.defn(name="schedule_pickup")
     async def schedule_pickup(self, call: ToolInput) -> ToolResult:
         args = SchedulePickupArgs.model_validate(call.arguments)
-        record = self._records.order(args.order_id)
-        if record is None:
-            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
-        if not any(i.item_id == args.item_id for i in record.order.items):
+        record = await self._order(args.order_id)
+        if record is None or not any(i.item_id == args.item_id for i in record.order.items):
             return _not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
         return await self._send(call, "pickup", "courier", f"Pickup {args.order_id}/{args.item_id}",
                                 f"Collect {args.item_id} from {record.order.customer_name}")
+
+    async def _order(self, order_id: str):  # noqa: ANN202
+        return await _in_thread(self._records.order, order_id)
 
     @activity.defn(name="send_email")
     async def send_email(self, call: ToolInput) -> ToolResult:
