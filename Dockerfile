@@ -7,7 +7,8 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY devstack ./devstack
 COPY migrations ./migrations
-COPY worker.py starter.py config.py demo.py schedules.py bench.py codec.py connection.py telemetry.py ./
+COPY worker.py starter.py config.py demo.py schedules.py bench.py codec.py connection.py telemetry.py \
+     chaos.py load.py bench_bare.py ./
 RUN pip install --no-cache-dir .
 RUN useradd --create-home agent && mkdir -p /data && chown agent /data
 USER agent

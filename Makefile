@@ -46,6 +46,13 @@ status: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PYTHON) bench.py
 
+# Exactly-once under SIGKILLs and provider faults (300 tickets, both edge modes), and the load comparison.
+chaos: $(VENV)/.installed
+	$(PYTHON) chaos.py
+
+load: $(VENV)/.installed
+	$(PYTHON) load.py
+
 # Re-record the replay corpus on purpose (see tests/histories/README.md).
 record: $(VENV)/.installed
 	$(PYTHON) -m tests.record

@@ -6,6 +6,7 @@ import asyncio
 import signal
 import sys
 from datetime import timedelta
+from typing import Any
 
 import stripe
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -71,7 +72,10 @@ def model_backend(settings: Settings) -> ModelBackend:
 
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
-                 backend: ModelBackend | None = None) -> Worker:
+                 backend: ModelBackend | None = None, **worker_options: Any) -> Worker:
+    """A worker for the agent task queue. `worker_options` go to temporalio's Worker over the settings
+    below (e.g. max_concurrent_activities, max_concurrent_workflow_tasks, workflow_runner,
+    sticky_queue_schedule_to_start_timeout); without them the worker is as it always was."""
     db = Database(settings.database)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
@@ -93,9 +97,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         activities=[*activities, *operations.activities(), ReconcileActivities(db, gateway).reconcile_ledger,
                     model.model_turn],
         interceptors=[WorkerInterceptor()],
-        max_concurrent_activities=100,
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=2),
-        graceful_shutdown_timeout=timedelta(seconds=5),
+        **{"max_concurrent_activities": 100, "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+           "graceful_shutdown_timeout": timedelta(seconds=5), **worker_options},
     )
 
 

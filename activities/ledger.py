@@ -79,6 +79,12 @@ class EffectLedger:
     def unknown(self, key: str, detail: dict[str, Any]) -> None:
         self._set(key, "unknown", None, None, detail)
 
+    def release(self, key: str, owner: str) -> None:
+        """The holder will not send: let the next attempt go on without waiting for the lease."""
+        with self._db.connect() as conn:
+            conn.execute("UPDATE effects SET lease_until = 0 WHERE intent_key = :key AND owner = :owner",
+                         {"key": key, "owner": owner})
+
     def get(self, key: str) -> Effect | None:
         with self._db.connect() as conn:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()

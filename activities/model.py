@@ -7,6 +7,8 @@ so a replay never calls a model. Real backends read their keys from the environm
 
 from __future__ import annotations
 
+import functools
+
 from typing import Protocol
 
 from temporalio import activity
@@ -78,5 +80,11 @@ class ModelActivities:
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, turn: ModelTurnInput) -> ModelReply:
         """One model turn; the worker's interceptor heartbeats while the provider thinks."""
-        schemas = [REGISTRY[name].schema() for name in turn.tools if name in REGISTRY]
+        schemas = [_schema(name) for name in turn.tools if name in REGISTRY]
         return await self._backend.reply(turn, schemas)
+
+
+@functools.cache
+def _schema(name: str) -> ToolSchema:
+    """A tool's JSON schema, generated once per worker: it is a pure function of the argument model."""
+    return REGISTRY[name].schema()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+from datetime import timedelta
 from typing import Any, Callable
 
 import stripe
@@ -129,6 +131,7 @@ class ToolActivities:
             return self._definitely_not(call, "approval_required",
                                         f"{args.amount_cents} cents is over the {self._ceiling} cents ceiling", False)
 
+        self._still_mine(call)
         crash_point("issue_refund:before_provider")
         metadata = {"task_id": call.task_id, "order_id": order.order_id, "item_id": item.item_id}
         if approved:
@@ -165,6 +168,7 @@ class ToolActivities:
         if settled is not None:
             return settled
 
+        self._still_mine(call)
         crash_point("send_payment:before_provider")
         metadata = {"task_id": call.task_id, "invoice_id": invoice.invoice_id, "intent_key": key}
         try:
@@ -180,7 +184,7 @@ class ToolActivities:
         """Answer from the ledger, or, when an earlier attempt may have reached the provider, from it."""
         effect = claim.effect
         if effect.status == "performed":
-            outcome = Outcome.PERFORMED if effect.owner == _owner() else Outcome.ALREADY_PERFORMED
+            outcome = Outcome.PERFORMED if _same_call(effect.owner, _owner()) else Outcome.ALREADY_PERFORMED
             return ToolResult(tool=call.tool, outcome=outcome, intent_key=effect.intent_key, attempt=_attempt(),
                               data={"provider_ref": effect.provider_ref, "amount_cents": effect.amount_cents,
                                     "source": "ledger", **effect.detail})
@@ -191,12 +195,23 @@ class ToolActivities:
             return found
         if found is not None:
             result = self._performed(call, found.id, found.amount, {"status": found.status, "verified_by": "lookup"})
-            if claim.previous_owner != _owner():
+            if not _same_call(claim.previous_owner, _owner()):
                 result.outcome = Outcome.ALREADY_PERFORMED  # an earlier run or ask did it, not this call
             return result
         if effect.owner != _owner():
-            return self._give_up_or_retry(call, "in_flight", "another attempt holds this intent and may be sending it")
+            # Another attempt (perhaps of this very call, on a worker that is paused, not dead) holds
+            # a live lease and may still send: wait for the lease, then verify again.
+            return self._give_up_or_retry(call, "in_flight", "another attempt holds this intent and may be sending it",
+                                          wait=max(0.5, effect.lease_until - time.time()))
         return None
+
+    def _still_mine(self, call: ToolInput) -> None:
+        """Fencing, just before the provider call: an attempt whose lease was taken over must not send."""
+        effect = self._ledger.get(call.intent_key)
+        if effect is None or effect.owner != _owner() or effect.status != "intent":
+            raise ApplicationError(f"intent {call.intent_key} is now held by {effect.owner if effect else 'nobody'};"
+                                   " this attempt lost its lease and does not send", type="LeaseLost",
+                                   non_retryable=True)
 
     def _verify_after(self, call: ToolInput, error: str, lookup: Callable[[], Any]) -> ToolResult:
         """After an ambiguous send: ask the provider, never guess."""
@@ -215,7 +230,7 @@ class ToolActivities:
         except stripe.StripeError as err:
             return self._give_up_or_retry(call, "unverifiable", f"{why}; the lookup failed: {describe(err)}")
 
-    def _give_up_or_retry(self, call: ToolInput, reason: str, message: str) -> ToolResult:
+    def _give_up_or_retry(self, call: ToolInput, reason: str, message: str, wait: float | None = None) -> ToolResult:
         """Let Temporal retry (the next attempt verifies first); on the last attempt, answer unknown."""
         info = activity.info()
         limit = info.retry_policy.maximum_attempts if info.retry_policy else 1
@@ -224,7 +239,10 @@ class ToolActivities:
             return ToolResult(tool=call.tool, outcome=Outcome.UNKNOWN, intent_key=call.intent_key, reason=reason,
                               message=f"{message}. It may have happened: do not retry; a human must check.",
                               retryable=False, attempt=info.attempt)
-        raise ApplicationError(message, type="OutcomeUnverified")
+        if wait is None:
+            self._ledger.release(call.intent_key, _owner())  # this attempt will not send: no need to wait for it
+        raise ApplicationError(message, type="OutcomeUnverified",
+                               next_retry_delay=timedelta(seconds=wait) if wait else None)
 
     def _performed(self, call: ToolInput, ref: str, amount: int, detail: dict[str, Any]) -> ToolResult:
         self._ledger.performed(call.intent_key, ref, amount, detail)
@@ -285,7 +303,7 @@ class ToolActivities:
     async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str) -> ToolResult:
         key = _require_key(call)
         sent_now, mine = await _in_thread(send_once, self._db, key, call.task_id, call.tool, call.arguments,
-                                          _owner(), kind, recipient, subject, body)
+                                          _owner().split("#")[0], kind, recipient, subject, body)
         crash_point(f"{call.tool}:after_send")
         outcome = Outcome.PERFORMED if (sent_now or mine) else Outcome.ALREADY_PERFORMED
         return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=_attempt(),
@@ -306,8 +324,13 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _owner() -> str:
+    """This attempt: the call (workflow run and activity id) and the attempt number."""
     info = activity.info()
-    return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
+    return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}#{info.attempt}"
+
+
+def _same_call(owner: str | None, other: str) -> bool:
+    return owner is not None and owner.split("#")[0] == other.split("#")[0]
 
 
 def _attempt() -> int:

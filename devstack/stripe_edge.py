@@ -8,7 +8,9 @@ flight is a 409. Mode `passthrough` forwards keys untouched, as localstripe alon
 
 Faults sit on the network side of the provider: `*_before_commit` never reach it,
 `*_after_commit` reach it and lose or spoil the answer. Rules match method and path
-prefix and pick requests by their count (`nth`, `from_nth`). Control plane:
+prefix and pick requests by their count (`nth`, `from_nth`); `probability` then lets a picked
+request through the rule only on that fraction of draws (a `random.Random` seeded by the
+config's `seed`, so one run of requests in one order draws the same faults). Control plane:
 PUT /_edge/config {"mode": ..., "rules": [...]} (also forgets saved keys and counters, like
 a fresh account), GET /_edge/stats.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -44,6 +47,8 @@ class Rule(BaseModel):
     from_nth: int | None = None
     after_rule: int | None = Field(default=None, description="only once the rule at this index has fired")
     delay_seconds: float = 0.0
+    probability: float | None = Field(default=None, ge=0.0, le=1.0,
+                                      description="fire on this fraction of the requests picked above")
 
     def picks(self, count: int) -> bool:
         if self.nth is not None:
@@ -56,6 +61,7 @@ class Rule(BaseModel):
 class EdgeConfig(BaseModel):
     mode: Literal["dedupe", "passthrough"] = "dedupe"
     rules: list[Rule] = Field(default_factory=list)
+    seed: int = Field(default=0, description="seeds the draws of rules with a probability")
 
 
 @dataclass
@@ -74,6 +80,7 @@ class Edge:
         self._counts: Counter[int] = Counter()
         self._fired: set[int] = set()
         self._keys: dict[str, _Saved] = {}
+        self._rng = random.Random(config.seed)
         self.stats: Counter[str] = Counter()
         self._session: aiohttp.ClientSession | None = None
 
@@ -94,6 +101,7 @@ class Edge:
         self._counts.clear()
         self._fired.clear()
         self._keys.clear()
+        self._rng = random.Random(self.config.seed)
         self.stats.clear()
         return web.json_response(self.config.model_dump())
 
@@ -111,10 +119,14 @@ class Edge:
             if rule.after_rule is not None and rule.after_rule not in self._fired:
                 continue
             self._counts[index] += 1
-            if chosen is None and rule.picks(self._counts[index]):
+            if chosen is None and rule.picks(self._counts[index]) and self._draw(rule):
                 chosen = rule
                 self._fired.add(index)
         return chosen
+
+    def _draw(self, rule: Rule) -> bool:
+        """After count and order picked the request: fire on `probability` of them (always when unset)."""
+        return rule.probability is None or self._rng.random() < rule.probability
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()

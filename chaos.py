@@ -1,0 +1,600 @@
+"""Exactly-once under chaos: refund tickets through two worker processes that keep being
+SIGKILLed, against a Stripe edge that injects faults on a fraction of requests. A check on
+the world, not on the model's replies.
+
+    python chaos.py [--tickets 300] [--mode dedupe|passthrough|both] [--seed N] [--rate 10]
+
+For each edge mode it starts its own stack (Temporal dev server + localstripe behind the Stripe
+edge, free ports, a temporary folder), seeds N paid batch orders, starts two `worker.py`
+processes (STRIPE_TIMEOUT_SECONDS=1) and then, at the same time:
+
+- starts the N refund tickets (`core.scenarios.batch_ticket`) at `--rate` tasks per second;
+- a killer SIGKILLs one of the two workers (chosen by a seeded RNG) after a seeded random
+  1-5 s, restarts it, waits for it to be ready, and draws the next interval;
+- the edge fires, on a seeded fraction of `POST /v1/refunds`, one of timeout_after_accept
+  (answer after the client's 1 s timeout), error_after_commit, error_before_commit,
+  drop_after_commit and drop_before_commit, and `slow` (0.4 s, under the client's timeout) on
+  a fraction of `GET /v1/refunds` (the lookups and the refundable-amount check).
+
+The chaos lasts while tickets are being started and then until every task is settled (a final
+state, or `awaiting_human`) or `--chaos-tail` seconds have passed. Then it reads the edge's
+fault counters, lifts the faults (which, in dedupe mode, also makes the edge forget saved keys
+like a fresh account: the tool must not rely on them), stops the killer, and polls every task
+with a deadline: a closed run's result, or the `checkpoint` query of a running one, until each
+is completed, dead_lettered, cancelled or awaiting_human. A task that is none of these at the
+deadline is *lost*.
+
+The world is then read from the provider and the ledger: every refund localstripe holds for
+each batch order's PaymentIntent (`World.refunds`) and every `issue_refund` ledger row
+(`World.effects`). Figures that must be 0: lost tasks, provider refunds beyond the first per
+intent key, provider refunds with no ledger row, provider refunds whose ledger row says
+`not_performed`, `performed` ledger rows with no provider refund (or another refund id), and
+completed tasks without exactly one refund.
+
+Kill -> resume time, derived from the event histories (server timestamps; the server runs on
+this machine, so they share the killer's wall clock). Each kill records the victim's pid, which is
+the pid in a worker's identity (`pid@host`) and in its sticky queue's name (`pid@host-<uuid>`):
+
+- an activity whose `ActivityTaskStarted` has attempt > 1 and whose `last_failure` is a
+  heartbeat or start-to-close timeout was interrupted by a dead worker; the event's time is when
+  its final attempt started on a live worker (checked: it is the last attempt's start, not the
+  first's). Its kill is the one between the activity's `ActivityTaskScheduled` and that start on
+  the worker that completed the workflow task scheduling it (eager dispatch runs it there), else
+  the first kill in that window. Retries whose last failure is an application error (an
+  unverifiable provider answer) are the faults' doing, not the kills'.
+- a `WorkflowTaskTimedOut` is a workflow task lost with a dead worker: start-to-close (it was
+  running there: the pid of its `WorkflowTaskStarted` identity) or schedule-to-start (it sat on the
+  dead worker's sticky queue: the pid in the queue's name). Its kill is that pid's. It resumes at
+  the next `WorkflowTaskStarted`; for a sticky-queue task the delay includes the activity that
+  ran meanwhile on the live worker, since the task could not go on before its workflow task ran.
+
+The delay is resume time minus kill time, per interrupted step; the table gives p50 and p99
+(nearest rank) for activities, workflow tasks and both. A timeout whose worker was not killed
+(a live but starved worker that missed a heartbeat or a workflow task deadline) is counted
+apart and left out of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from activities.db import Database
+from activities.payments import StripeGateway
+from activities.seed import seed_scenarios
+from activities.world import World
+from config import Settings
+from core.models import Checkpoint, TaskResult
+from core.names import STATUS_ATTR
+from core.scenarios import batch_order, batch_ticket
+from devstack.processes import WorkerProcess
+from devstack.stack import STRIPE_API_KEY, Stack
+from starter import start_task
+
+MODES = ("dedupe", "passthrough")
+POST_FAULTS = ("timeout_after_accept", "error_after_commit", "error_before_commit", "drop_after_commit",
+               "drop_before_commit")
+FAULT_KINDS = (*POST_FAULTS, "slow")
+FINAL = ("completed", "dead_lettered", "cancelled")
+SETTLED = (*FINAL, "awaiting_human")
+CLIENT_TIMEOUT = 1.0
+WORKERS = 2
+
+
+def fault_rules(post_probability: float = 0.07, slow_probability: float = 0.2,
+                slow_seconds: float = 0.4) -> list[dict[str, Any]]:
+    """Each POST fault on its own fraction of refund POSTs (about 30% of them faulted in all)."""
+    rules = [{"fault": fault, "method": "POST", "path": "/v1/refunds", "probability": post_probability,
+              "delay_seconds": CLIENT_TIMEOUT + 1.0 if fault == "timeout_after_accept" else 0.0}
+             for fault in POST_FAULTS]
+    rules.append({"fault": "slow", "method": "GET", "path": "/v1/refunds", "probability": slow_probability,
+                  "delay_seconds": slow_seconds})
+    return rules
+
+
+def edge_call(base_url: str, method: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base_url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+async def poll_until(predicate: Callable[[], Awaitable[Any]], what: str, timeout: float, every: float = 0.5) -> Any:
+    """Poll an async predicate until it returns something truthy; TimeoutError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+# --- the killer ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Kill:
+    at: float          # time.time() just before SIGKILL
+    slot: int
+    pid: int | None
+    exit_code: int | None
+
+
+class Killer:
+    """SIGKILLs a random worker every 1-5 s (seeded), restarts it and waits until it is ready.
+
+    One worker is down at a time at most. A worker found dead that we did not kill is an
+    unexpected exit: recorded (a real failure) and restarted.
+    """
+
+    def __init__(self, stack: Stack, slots: list[WorkerProcess], env: dict[str, str], rng: random.Random,
+                 logs: Path, min_s: float = 1.0, max_s: float = 5.0) -> None:
+        self.stack, self.slots, self.env, self.rng, self.logs = stack, slots, env, rng, logs
+        self.min_s, self.max_s = min_s, max_s
+        self.kills: list[Kill] = []
+        self.unexpected: list[tuple[int, int | None, str]] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop drawing kills; a restart under way is finished first, so both workers serve on return."""
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        self.check_alive()
+
+    def check_alive(self) -> None:
+        for slot, worker in enumerate(self.slots):
+            if not worker.is_running():
+                self.unexpected.append((slot, worker.returncode, worker.new_log_tail(20)))
+                self.slots[slot] = self._start(slot)
+
+    def _start(self, slot: int) -> WorkerProcess:
+        return self.stack.start_worker(self.logs / f"worker-{slot + 1}.log", self.env)
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            interval = self.rng.uniform(self.min_s, self.max_s)  # the test's input, not a wait for something
+            try:
+                await asyncio.wait_for(self._stop.wait(), interval)
+                return
+            except asyncio.TimeoutError:
+                pass
+            await asyncio.to_thread(self.check_alive)
+            slot = self.rng.randrange(len(self.slots))
+            victim = self.slots[slot]
+            at = time.time()
+            code = await asyncio.to_thread(victim.kill)
+            self.kills.append(Kill(at, slot, victim.pid, code))
+            self.slots[slot] = await asyncio.to_thread(self._start, slot)
+
+
+# --- task states ---------------------------------------------------------------------------------
+
+
+async def task_state(handle: WorkflowHandle) -> tuple[str | None, str]:
+    """(state, note): completed / dead_lettered / cancelled / awaiting_human, `failed:<status>` for
+    a run that ended outside our states, None while it still runs (or cannot be asked right now)."""
+    try:
+        described = await handle.describe(rpc_timeout=_seconds(5))
+    except RPCError:
+        return None, ""
+    status = described.status
+    if status == WorkflowExecutionStatus.COMPLETED:
+        result: TaskResult = await handle.result(rpc_timeout=_seconds(10))
+        return result.state, result.checkpoint.dead_letter_reason or ""
+    if status != WorkflowExecutionStatus.RUNNING:
+        return f"failed:{status.name.lower() if status else 'unknown'}", ""
+    # Running: the checkpoint query says whether it waits for a person. The AgentStatus search
+    # attribute (upserted with the state) spares a query to every task that is plainly running.
+    if described.typed_search_attributes.get(STATUS_ATTR) != "awaiting_human":
+        return None, ""
+    try:
+        cp: Checkpoint = await handle.query("checkpoint", result_type=Checkpoint, rpc_timeout=_seconds(5))
+    except RPCError:
+        return None, ""
+    if cp.state != "awaiting_human" or cp.waiting_for is None:
+        return None, ""
+    wait = cp.waiting_for
+    trail = "; ".join(f"{name}: {' / '.join(step.trail)}" for name, step in cp.steps.items() if step.intent_key)
+    return cp.state, f"{wait.reason} on {wait.tool}: {wait.detail} [{trail}]"
+
+
+def _seconds(s: float) -> timedelta:
+    return timedelta(seconds=s)
+
+
+class Tracker:
+    """The settled state of each started task, refreshed by polling."""
+
+    def __init__(self) -> None:
+        self.handles: dict[str, WorkflowHandle] = {}
+        self.states: dict[str, str] = {}
+        self.notes: dict[str, str] = {}
+        self._sem = asyncio.Semaphore(16)
+
+    async def refresh(self) -> int:
+        """Poll the tasks not yet in a final state; returns how many are settled."""
+        async def one(task_id: str, handle: WorkflowHandle) -> None:
+            async with self._sem:
+                state, note = await task_state(handle)
+            if state is not None:
+                self.states[task_id] = state
+                self.notes[task_id] = note
+            else:
+                self.states.pop(task_id, None)
+        pending = [(t, h) for t, h in self.handles.items() if self.states.get(t) not in FINAL]
+        await asyncio.gather(*(one(t, h) for t, h in pending))
+        return sum(1 for s in self.states.values() if s in SETTLED)
+
+
+# --- kill -> resume from histories ---------------------------------------------------------------
+
+
+def _ts(event) -> float:
+    return event.event_time.ToMicroseconds() / 1e6
+
+
+def _pid(identity: str) -> int | None:
+    """The process id in a worker identity or sticky queue name (`4804@host`, `4804@host-<uuid>`)."""
+    head = identity.split("@", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[str]]:
+    """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and a
+    description of each timeout that no kill explains."""
+    found: list[tuple[str, float, float]] = []
+    unattributed: list[str] = []
+    by_id = {e.event_id: e for e in events}
+    for i, event in enumerate(events):
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            failure = attrs.last_failure
+            if attrs.attempt <= 1 or not failure.HasField("timeout_failure_info"):
+                continue
+            if failure.timeout_failure_info.timeout_type not in (TimeoutType.TIMEOUT_TYPE_HEARTBEAT,
+                                                                 TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE):
+                continue
+            scheduled = by_id.get(attrs.scheduled_event_id)
+            lo = _ts(scheduled) if scheduled else 0.0
+            candidates = [k for k in kills if lo <= k.at <= _ts(event)]
+            # Eager dispatch runs an activity on the worker that completed the workflow task scheduling it.
+            completer = next((e for e in reversed(events[:attrs.scheduled_event_id])
+                              if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED), None)
+            pid = _pid(completer.workflow_task_completed_event_attributes.identity) if completer else None
+            kill = next((k for k in candidates if k.pid == pid), candidates[0] if candidates else None)
+            if kill is None:
+                name = scheduled.activity_task_scheduled_event_attributes.activity_type.name if scheduled else "?"
+                unattributed.append(f"activity {name} {TimeoutType.Name(failure.timeout_failure_info.timeout_type)}")
+            else:
+                found.append(("activity", kill.at, _ts(event) - kill.at))
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            attrs = event.workflow_task_timed_out_event_attributes
+            resumed = next((e for e in events[i + 1:]
+                            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED), None)
+            if resumed is None:
+                continue
+            if attrs.timeout_type == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE:
+                # It was running on a worker that died: the started event names that worker.
+                started = by_id.get(attrs.started_event_id)
+                pid = _pid(started.workflow_task_started_event_attributes.identity) if started else None
+            else:
+                # Schedule-to-start: it waited on a sticky queue, named after its (dead) worker.
+                scheduled = by_id.get(attrs.scheduled_event_id)
+                pid = _pid(scheduled.workflow_task_scheduled_event_attributes.task_queue.name) if scheduled else None
+            kill = max((k for k in kills if k.pid == pid and k.at <= _ts(event)), key=lambda k: k.at, default=None)
+            if kill is None:
+                unattributed.append(f"workflow task {TimeoutType.Name(attrs.timeout_type)}")
+            else:
+                found.append(("workflow_task", kill.at, _ts(resumed) - kill.at))
+    return found, unattributed
+
+
+# --- one run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChaosReport:
+    mode: str
+    tasks: int
+    kills: int
+    faults: dict[str, int]
+    states: Counter
+    lost: list[str]
+    duplicate_refunds: int
+    refunds_without_ledger_row: int
+    refunds_with_not_performed_row: int
+    performed_rows_without_refund: int
+    completed_without_one_refund: int
+    provider_refunds: int
+    resume: dict[str, list[float]]
+    unattributed_timeouts: list[str]
+    unexpected_worker_exits: int
+    stop_exit_codes: list[int | None]
+    seconds: dict[str, float]
+    details: list[str] = field(default_factory=list)
+    data_dir: str = ""
+
+    @property
+    def zeros_hold(self) -> bool:
+        return not (self.lost or self.duplicate_refunds or self.refunds_without_ledger_row
+                    or self.refunds_with_not_performed_row or self.performed_rows_without_refund
+                    or self.completed_without_one_refund)
+
+
+async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: float = 10.0,
+                    chaos_tail: float = 60.0, settle_timeout: float = 180.0,
+                    say: Callable[[str], None] = print, rules: list[dict[str, Any]] | None = None) -> ChaosReport:
+    """One chaos run in one edge mode on its own stack in data_dir; returns what it found."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    stack = Stack.for_tests(data_dir)
+    t0 = time.monotonic()
+    await asyncio.to_thread(stack.start)
+    slots: list[WorkerProcess] = []
+    try:
+        seconds = {"stack_start": time.monotonic() - t0}
+        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
+        db = Database(stack.agent_db)
+        gateway = StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)
+        t = time.monotonic()
+        await asyncio.to_thread(seed_scenarios, db, gateway, tickets)
+        seconds["seed"] = time.monotonic() - t
+        env = {"STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "RECONCILE_EVERY_MINUTES": "0"}
+        settings = Settings(temporal_address=stack.address, task_queue=stack.task_queue,
+                            stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
+                            agent_db_path=stack.agent_db, stripe_timeout_seconds=CLIENT_TIMEOUT)
+        started = await asyncio.gather(*(asyncio.to_thread(stack.start_worker, data_dir / f"worker-{n + 1}.log", env)
+                                         for n in range(WORKERS)))
+        slots.extend(started)
+        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
+
+        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": rules if rules is not None else fault_rules(),
+                                                          "seed": seed})
+        killer = Killer(stack, slots, env, random.Random(rng.random()), data_dir)
+        tracker = Tracker()
+        chaos_started = time.monotonic()
+        killer.start()
+        say(f"[{mode}] chaos: {tickets} tickets at {rate:g}/s, 2 workers, kills every 1-5 s, faults on")
+        for n in range(1, tickets + 1):
+            task = batch_ticket(n)
+            tracker.handles[task.task_id] = await start_task(client, settings, task)
+            if n % max(1, int(rate)) == 0:
+                await asyncio.sleep(max(0.0, chaos_started + n / rate - time.monotonic()))  # the start rate
+        seconds["starting"] = time.monotonic() - chaos_started
+        tail_deadline = time.monotonic() + chaos_tail
+        while time.monotonic() < tail_deadline and await tracker.refresh() < tickets:
+            await asyncio.sleep(1.0)
+        seconds["chaos"] = time.monotonic() - chaos_started
+
+        faults = {k.removeprefix("fault:"): v for k, v in edge_call(stack.stripe_url, "GET", "/_edge/stats").items()
+                  if k.startswith("fault:")}
+        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
+        await killer.stop()
+        say(f"[{mode}] faults lifted, killer stopped after {len(killer.kills)} kills; waiting for every task")
+
+        t = time.monotonic()
+        try:
+            await poll_until(lambda: _all_settled(tracker, tickets), "every task to settle", settle_timeout, 1.0)
+        except TimeoutError:
+            pass
+        seconds["settle"] = time.monotonic() - t
+        killer.check_alive()
+
+        report = await _judge(mode, tickets, client, tracker, World(db, gateway), killer, faults, data_dir)
+        report.seconds = {**seconds, "total": time.monotonic() - t0}
+        report.data_dir = str(data_dir)
+        codes = []
+        for worker in slots:
+            codes.append(await asyncio.to_thread(worker.stop))
+        report.stop_exit_codes = codes
+        return report
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def _all_settled(tracker: Tracker, tickets: int) -> bool:
+    return await tracker.refresh() >= tickets
+
+
+async def _judge(mode: str, tickets: int, client: Client, tracker: Tracker, world: World, killer: Killer,
+                 faults: dict[str, int], data_dir: Path | None = None) -> ChaosReport:
+    details: list[str] = []
+    states = Counter(tracker.states.get(t, "running") for t in tracker.handles)
+    lost = [t for t in tracker.handles if tracker.states.get(t) not in SETTLED]
+    for t in lost:
+        details.append(f"lost: {t} state {tracker.states.get(t, 'running')}")
+
+    rows = {e["intent_key"]: e for e in world.effects() if e["tool"] == "issue_refund"}
+    duplicate = no_row = lying_row = completed_bad = total = 0
+    seen_refs: set[str] = set()
+    for n in range(1, tickets + 1):
+        order_id = batch_order(n).order_id
+        task_id = batch_ticket(n).task_id
+        refunds = await asyncio.to_thread(world.refunds, order_id)
+        total += len(refunds)
+        seen_refs.update(r["id"] for r in refunds)
+        per_key = Counter(r["intent_key"] for r in refunds)
+        for key, count in per_key.items():
+            if count > 1:
+                duplicate += count - 1
+                details.append(f"duplicate: {task_id} key {key}: {count} provider refunds "
+                               f"{[r['id'] for r in refunds if r['intent_key'] == key]}")
+        for r in refunds:
+            row = rows.get(r["intent_key"])
+            if row is None:
+                no_row += 1
+                details.append(f"no ledger row: {task_id} refund {r['id']} key {r['intent_key']}")
+            elif row["status"] == "not_performed":
+                lying_row += 1
+                details.append(f"ledger says not_performed: {task_id} refund {r['id']} row {row}")
+        if tracker.states.get(task_id) == "completed" and len(refunds) != 1:
+            completed_bad += 1
+            details.append(f"completed with {len(refunds)} refunds: {task_id}")
+    missing = 0
+    for key, row in rows.items():
+        if row["status"] == "performed" and row["provider_ref"] not in seen_refs:
+            missing += 1
+            details.append(f"performed row without provider refund: {row['task_id']} {key} {row['provider_ref']}")
+    for state in ("awaiting_human", "dead_lettered", "cancelled"):
+        for t in tracker.handles:
+            if tracker.states.get(t) == state:
+                details.append(f"{state}: {t}: {tracker.notes.get(t, '')}")
+
+    resume: dict[str, list[float]] = {"activity": [], "workflow_task": []}
+    unattributed: list[str] = []
+    per_step: list[dict[str, Any]] = []
+    sem = asyncio.Semaphore(16)
+
+    async def history(handle: WorkflowHandle):
+        async with sem:
+            return await handle.fetch_history()
+    histories = await asyncio.gather(*(history(client.get_workflow_handle(t)) for t in tracker.handles))
+    for task_id, h in zip(tracker.handles, histories):
+        found, missed = resumptions(list(h.events), killer.kills)
+        unattributed += missed
+        for kind, kill, delay in found:
+            resume[kind].append(delay)
+            per_step.append({"task_id": task_id, "kind": kind, "kill": kill, "delay": round(delay, 3)})
+    if data_dir is not None:
+        (data_dir / "kills.json").write_text(json.dumps([k.__dict__ for k in killer.kills], indent=1))
+        (data_dir / "resumptions.json").write_text(json.dumps(
+            {"resumed": per_step, "unattributed": unattributed}, indent=1))
+
+    return ChaosReport(
+        mode=mode, tasks=tickets, kills=len(killer.kills), faults=faults, states=states, lost=lost,
+        duplicate_refunds=duplicate, refunds_without_ledger_row=no_row, refunds_with_not_performed_row=lying_row,
+        performed_rows_without_refund=missing, completed_without_one_refund=completed_bad, provider_refunds=total,
+        resume=resume, unattributed_timeouts=unattributed, unexpected_worker_exits=len(killer.unexpected),
+        stop_exit_codes=[], seconds={}, details=details,
+    )
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def table(reports: list[ChaosReport]) -> str:
+    def row(label: str, cells: list[Any]) -> str:
+        return f"| {label} | " + " | ".join(str(c) for c in cells) + " |"
+
+    out = [row("edge mode", [r.mode for r in reports]), "|---|" + "---|" * len(reports)]
+    out.append(row("tasks", [r.tasks for r in reports]))
+    out.append(row("worker kills (SIGKILL, restarted)", [r.kills for r in reports]))
+    for kind in FAULT_KINDS:
+        where = "GET" if kind == "slow" else "POST"
+        out.append(row(f"faults: {kind} ({where} /v1/refunds)", [r.faults.get(kind, 0) for r in reports]))
+    out.append(row("completed", [r.states.get("completed", 0) for r in reports]))
+    out.append(row("awaiting_human", [r.states.get("awaiting_human", 0) for r in reports]))
+    out.append(row("dead_lettered", [r.states.get("dead_lettered", 0) for r in reports]))
+    out.append(row("**lost** (none of these; must be 0)", [len(r.lost) for r in reports]))
+    out.append(row("provider refunds (all)", [r.provider_refunds for r in reports]))
+    out.append(row("**provider refunds per intent above one** (must be 0)", [r.duplicate_refunds for r in reports]))
+    out.append(row("**provider refunds with no ledger row** (must be 0)",
+                   [r.refunds_without_ledger_row for r in reports]))
+    out.append(row("**provider refunds whose ledger row says not_performed** (must be 0)",
+                   [r.refunds_with_not_performed_row for r in reports]))
+    out.append(row("**ledger `performed` rows with no provider refund** (must be 0)",
+                   [r.performed_rows_without_refund for r in reports]))
+    out.append(row("**completed tasks without exactly one refund** (must be 0)",
+                   [r.completed_without_one_refund for r in reports]))
+    both = {r.mode: r.resume["activity"] + r.resume["workflow_task"] for r in reports}
+    out.append(row("interrupted steps resumed: activities / workflow tasks",
+                   [f"{len(r.resume['activity'])} / {len(r.resume['workflow_task'])}" for r in reports]))
+    out.append(row("kill -> resume, all steps: p50 / p99 s",
+                   [f"{_fmt(percentile(both[r.mode], 50))} / {_fmt(percentile(both[r.mode], 99))}" for r in reports]))
+    for kind, label in (("activity", "activities"), ("workflow_task", "workflow tasks")):
+        out.append(row(f"kill -> resume, {label}: p50 / p99 s",
+                       [f"{_fmt(percentile(r.resume[kind], 50))} / {_fmt(percentile(r.resume[kind], 99))}"
+                        for r in reports]))
+    out.append(row("timeouts with no kill in their window (a busy worker; not in the figures above)",
+                   [len(r.unattributed_timeouts) for r in reports]))
+    out.append(row("unexpected worker exits (not killed by us)", [r.unexpected_worker_exits for r in reports]))
+    out.append(row("wall time: chaos / settle after lifting / total s",
+                   [f"{r.seconds.get('chaos', 0):.0f} / {r.seconds.get('settle', 0):.0f} / "
+                    f"{r.seconds.get('total', 0):.0f}" for r in reports]))
+    return "\n".join(out)
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python chaos.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tickets", type=int, default=300)
+    parser.add_argument("--mode", choices=[*MODES, "both"], default="both")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=10.0, help="tickets started per second")
+    parser.add_argument("--chaos-tail", type=float, default=60.0,
+                        help="seconds of chaos after the last start, at most, before the faults are lifted")
+    parser.add_argument("--settle-timeout", type=float, default=180.0)
+    parser.add_argument("--keep", action="store_true", help="keep the data folder (logs, databases)")
+    parser.add_argument("--details", action="store_true", help="list every task that is not completed")
+    args = parser.parse_args(argv)
+    modes = list(MODES) if args.mode == "both" else [args.mode]
+    root = Path(tempfile.mkdtemp(prefix="chaos-"))
+    reports = []
+    try:
+        for mode in modes:
+            reports.append(await run_chaos(mode, args.tickets, args.seed, root / mode, args.rate,
+                                           args.chaos_tail, args.settle_timeout))
+    finally:
+        keep = args.keep or any(not r.zeros_hold for r in reports) or len(reports) < len(modes)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print()
+    print(f"Chaos run: {args.tickets} refund tickets per mode, seed {args.seed}, {args.rate:g} starts/s, "
+          f"2 worker processes, {sys.platform}")
+    print(table(reports))
+    for r in reports:
+        lines = [d for d in r.details if args.details or not d.startswith(("awaiting_human", "dead_lettered",
+                                                                            "cancelled"))]
+        for line in lines:
+            print(f"  [{r.mode}] {line}")
+        if r.unattributed_timeouts:
+            print(f"  [{r.mode}] timeouts no kill explains: {dict(Counter(r.unattributed_timeouts))}")
+        print(f"  [{r.mode}] worker exit codes at the final stop: {r.stop_exit_codes} "
+              f"(0, -{int(signal.SIGTERM)} or a PyGILState_Release abort at exit are a normal stop)")
+    if keep:
+        print(f"data kept in {root}")
+    ok = all(r.zeros_hold for r in reports)
+    print("exactly once: " + ("yes" if ok else "NO"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))

@@ -1,0 +1,281 @@
+"""Load: the harness beside a bare Temporal workflow, on the same server, in one run.
+
+    python load.py [--tickets 300] [--latency 30] [--rounds 2] [--worker-option NAME=VALUE ...]
+
+On a fresh local stack (Temporal dev server with the project's pragmas, localstripe behind the
+Stripe edge in dedupe mode with no faults) it runs:
+
+- harness: generated refund tickets (`core.scenarios.batch_ticket`) through `worker.build_worker`,
+  i.e. the agent workflow with its gate, intent keys, ledger, checkpoint and search attributes,
+  the scripted model and the real stripe SDK against localstripe;
+- bare: `bench_bare.BareTaskWorkflow`, which runs as many plain activities per task as a harness
+  ticket does (model turns + tool calls, counted from a harness history), each a no-op.
+
+Throughput: N tasks started at once, from the first start to the last result (tasks/s and
+activities/s); `--rounds` alternates which side goes first and the figures are the mean.
+Latency: single tasks one after another (after a short warm-up), from start to result, p50/p99
+(nearest rank). Each side's worker runs in this process, alone while measured, with the same
+options; the CPU seconds of the Temporal server, localstripe and this process during each
+throughput phase show where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.db import Database
+from activities.payments import StripeGateway
+from activities.seed import seed_scenarios
+from bench_bare import BARE_ACTIVITY, BareTaskWorkflow
+from config import Settings
+from core.models import TaskResult
+from core.scenarios import batch_ticket
+from devstack.stack import STRIPE_API_KEY, Stack
+from starter import start_task
+from worker import build_worker
+
+WARMUP = 3
+HARNESS_QUEUE, BARE_QUEUE = "load-harness", "load-bare"
+# What build_worker sets for every caller; the bare worker gets the same.
+BASE_OPTIONS: dict[str, Any] = {"max_concurrent_activities": 100,
+                                "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+                                "graceful_shutdown_timeout": timedelta(seconds=5)}
+
+
+@activity.defn(name=BARE_ACTIVITY)
+async def bare_step(step: int) -> int:
+    return step
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of a process (and its waited-for children) from /proc; 0 when unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def sandbox_option(kind: str) -> dict[str, Any]:
+    """`default`: the SDK's sandbox, which re-imports the workflow modules for every workflow run;
+    `passthrough`: the sandbox, with our (deterministic, state-free) workflow modules imported once;
+    `off`: no sandbox (an upper bound of what the sandbox costs, not a recommendation)."""
+    if kind == "passthrough":
+        restrictions = SandboxRestrictions.default.with_passthrough_modules("workflows", "core", "bench_bare")
+        return {"workflow_runner": SandboxedWorkflowRunner(restrictions=restrictions)}
+    if kind == "off":
+        return {"workflow_runner": UnsandboxedWorkflowRunner()}
+    return {}
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """NAME=VALUE for temporalio's Worker; *_timeout values are seconds."""
+    name, _, raw = text.partition("=")
+    value: Any = json.loads(raw)
+    if name.endswith("_timeout"):
+        value = timedelta(seconds=float(value))
+    return name, value
+
+
+class Load:
+    def __init__(self, client: Client, settings: Settings, stack: Stack, options: dict[str, Any]) -> None:
+        self.client, self.settings, self.stack, self.options = client, settings, stack, options
+        self.next_ticket = 1
+        self.activities_per_task = 0
+        self.history: dict[str, tuple[int, int]] = {}
+
+    def tickets(self, count: int) -> list:
+        tasks = [batch_ticket(n) for n in range(self.next_ticket, self.next_ticket + count)]
+        self.next_ticket += count
+        return tasks
+
+    def harness_worker(self) -> Worker:
+        return build_worker(self.client, self.settings, HARNESS_QUEUE, **self.options)
+
+    def bare_worker(self) -> Worker:
+        return Worker(self.client, task_queue=BARE_QUEUE, workflows=[BareTaskWorkflow], activities=[bare_step],
+                      **{**BASE_OPTIONS, **self.options})
+
+    # one task of each side, started; returns an awaitable of its end
+    async def start_harness(self, task) -> Callable[[], Awaitable[Any]]:
+        handle = await start_task(self.client, self.settings.model_copy(update={"task_queue": HARNESS_QUEUE}), task)
+        return handle.result
+
+    async def start_bare(self, task_id: str) -> Callable[[], Awaitable[Any]]:
+        handle = await self.client.start_workflow(BareTaskWorkflow.run, self.activities_per_task, id=task_id,
+                                                  task_queue=BARE_QUEUE, task_timeout=timedelta(seconds=3))
+        return handle.result
+
+    async def latency(self, side: str, count: int) -> list[float]:
+        seconds = []
+        for i in range(WARMUP + count):
+            started = time.perf_counter()
+            if side == "harness":
+                result: TaskResult = await (await self.start_harness(self.tickets(1)[0]))()
+                assert result.state == "completed", result.final_answer
+                last = result.task_id
+            else:
+                last = f"bare-latency-{i}-{time.time_ns()}"
+                await (await self.start_bare(last))()
+            if i >= WARMUP:
+                seconds.append(time.perf_counter() - started)
+        history = await self.client.get_workflow_handle(last).fetch_history()
+        self.history[side] = (len(history.events), sum(e.ByteSize() for e in history.events))
+        if side == "harness" and not self.activities_per_task:
+            self.activities_per_task = sum(1 for e in history.events
+                                           if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+        return seconds
+
+    async def throughput(self, side: str, count: int, round_no: int) -> dict[str, float]:
+        pids = {"temporal": self.stack.temporal.pid, "localstripe": self.stack.localstripe.pid}
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        own = os.times()
+        sem = asyncio.Semaphore(50)
+        tasks = self.tickets(count) if side == "harness" else [f"bare-{round_no}-{n}-{time.time_ns()}"
+                                                              for n in range(count)]
+
+        async def one(task) -> Any:
+            async with sem:
+                waiter = await (self.start_harness(task) if side == "harness" else self.start_bare(task))
+            return await waiter()
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(t) for t in tasks))
+        elapsed = time.perf_counter() - started
+        if side == "harness":
+            bad = [r.task_id for r in results if r.state != "completed"]
+            assert not bad, f"harness tasks not completed: {bad[:5]}"
+        after_own = os.times()
+        cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+        cpu["load.py (client + worker)"] = (after_own.user + after_own.system) - (own.user + own.system)
+        return {"seconds": elapsed, "tasks_per_s": count / elapsed,
+                "activities_per_s": count * self.activities_per_task / elapsed, **{f"cpu:{k}": v for k, v in cpu.items()}}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    options = {**dict(parse_option(o) for o in args.worker_option), **sandbox_option(args.sandbox)}
+    loop = asyncio.get_running_loop()
+    if args.gc_threshold:
+        gc.collect()
+        gc.freeze()  # what is alive after the imports is never garbage: stop scanning it
+        gc.set_threshold(args.gc_threshold, 20, 20)
+    if args.threads:
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=args.threads))
+    with tempfile.TemporaryDirectory(prefix="load-") as tmp, Stack.for_tests(Path(tmp)) as stack:
+        settings = Settings(temporal_address=stack.address, task_queue=HARNESS_QUEUE,
+                            stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
+                            agent_db_path=Path(tmp) / "agent.db")
+        orders = (WARMUP + args.latency) + args.rounds * args.tickets
+        started = time.perf_counter()
+        await asyncio.to_thread(seed_scenarios, Database(settings.agent_db_path),
+                                StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders)
+        print(f"seeded {orders} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
+        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
+        load = Load(client, settings, stack, options)
+
+        latency: dict[str, list[float]] = {}
+        async with load.harness_worker():
+            latency["harness"] = await load.latency("harness", args.latency)
+        async with load.bare_worker():
+            latency["bare"] = await load.latency("bare", args.latency)
+        print(f"latency measured; {load.activities_per_task} activities per task", flush=True)
+
+        rounds: dict[str, list[dict[str, float]]] = {"harness": [], "bare": []}
+        for r in range(args.rounds):
+            order = ("bare", "harness") if r % 2 == 0 else ("harness", "bare")
+            for side in order:
+                async with (load.harness_worker() if side == "harness" else load.bare_worker()):
+                    rounds[side].append(await load.throughput(side, args.tickets, r))
+                print(f"round {r + 1} {side}: {rounds[side][-1]['tasks_per_s']:.1f} tasks/s", flush=True)
+    shown = {k: v for k, v in options.items() if k != "workflow_runner"}
+    if args.sandbox != "default":
+        shown["sandbox"] = args.sandbox
+    if args.gc_threshold:
+        shown["gc"] = f"freeze, gen0 threshold {args.gc_threshold}"
+    return {"options": {k: str(v) for k, v in shown.items()}, "threads": args.threads,
+            "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency, "rounds": rounds,
+            "tickets": args.tickets}
+
+
+def report(result: dict[str, Any]) -> str:
+    def mean(side: str, key: str) -> float:
+        return statistics.mean(r[key] for r in result["rounds"][side])
+    def per_round(side: str) -> str:
+        return ", ".join(f"{r['tasks_per_s']:.1f}" for r in result["rounds"][side])
+    h_tps, b_tps = mean("harness", "tasks_per_s"), mean("bare", "tasks_per_s")
+    h_aps, b_aps = mean("harness", "activities_per_s"), mean("bare", "activities_per_s")
+    lat = result["latency"]
+    lines = [
+        f"{result['tickets']} tasks at once x {len(result['rounds']['harness'])} rounds per side, "
+        f"{result['activities_per_task']} activities per task; worker options {result['options'] or 'as build_worker'}"
+        + (f", {result['threads']} threads for blocking I/O" if result["threads"] else ""),
+        "",
+        "| | harness | bare Temporal | harness / bare |",
+        "|---|---|---|---|",
+        f"| throughput, tasks/s | {h_tps:.1f} | {b_tps:.1f} | {h_tps / b_tps:.0%} |",
+        f"| throughput, activities/s | {h_aps:.0f} | {b_aps:.0f} | {h_aps / b_aps:.0%} |",
+        f"| throughput per round, tasks/s | {per_round('harness')} | {per_round('bare')} | |",
+        f"| one task end to end, p50 s | {percentile(lat['harness'], 50):.3f} | {percentile(lat['bare'], 50):.3f} | "
+        f"{percentile(lat['harness'], 50) / percentile(lat['bare'], 50):.2f}x |",
+        f"| one task end to end, p99 s | {percentile(lat['harness'], 99):.3f} | {percentile(lat['bare'], 99):.3f} | "
+        f"{percentile(lat['harness'], 99) / percentile(lat['bare'], 99):.2f}x |",
+    ]
+    (he, hb), (be, bb) = result["history"]["harness"], result["history"]["bare"]
+    lines.append(f"| history per task: events / bytes | {he} / {hb:,} | {be} / {bb:,} | |")
+    for key in [k for k in result["rounds"]["harness"][0] if k.startswith("cpu:")]:
+        h, b = mean("harness", key), mean("bare", key)
+        lines.append(f"| CPU s per task: {key[4:]} | {h / result['tickets'] * 1000:.1f} ms | "
+                     f"{b / result['tickets'] * 1000:.1f} ms | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python load.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tickets", type=int, default=300)
+    parser.add_argument("--latency", type=int, default=30, help="sequential single tasks per side")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--worker-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a temporalio Worker option for both sides, e.g. max_concurrent_activities=200")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="size of the thread pool the tools' blocking SQLite/HTTP calls run in "
+                             "(default: asyncio's, min(32, cores + 4))")
+    parser.add_argument("--sandbox", choices=["default", "passthrough", "off"], default="default",
+                        help="default: the SDK's sandbox (re-imports the workflow modules for every run); "
+                             "passthrough: our workflow modules imported once; off: no sandbox (an upper bound)")
+    parser.add_argument("--gc-threshold", type=int, default=0,
+                        help="gc.freeze() after start-up and this gen0 threshold (Python's default: 700)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args))
+    print()
+    print(json.dumps(result, indent=1) if args.json else report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
