@@ -231,6 +231,7 @@ class Checkpoint(BaseModel):
     escalations: int = 0
     decisions: list[DecisionRecord] = Field(default_factory=list)
     dead_letter_reason: str | None = None
+    alert_failures: list[str] = Field(default_factory=list)
     runs: int = Field(default=1, description="runs of this task, counting continue-as-new")
     calls: dict[str, int] = Field(default_factory=dict, description="calls per tool, for step names")
     compacted_steps: int = Field(default=0, description="read steps dropped from view at continue-as-new")

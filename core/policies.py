@@ -31,6 +31,13 @@ MODEL_POLICY = RetryPolicy(
     non_retryable_error_types=NON_RETRYABLE,
 )
 
+# Storing a dead letter or a human's decision must eventually happen: retry without a cap
+# (the pending activity stays visible in the Web UI) rather than fail the task.
+OPS_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=5), maximum_attempts=0,
+)
+
 POLICY_BY_CLASS = {
     ToolClass.READ: READ_POLICY,
     ToolClass.IDEMPOTENT_WRITE: IDEMPOTENT_WRITE_POLICY,

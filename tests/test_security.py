@@ -84,3 +84,18 @@ async def test_a_live_task_keeps_its_secrets_out_of_history_and_alerts_the_webho
     text = readable(history.to_json())
     assert STRIPE_KEY not in text and WEBHOOK_TOKEN not in text
     assert json.loads(history.to_json())["events"], "the scan looked at a real history"
+
+
+async def test_an_unreachable_alert_webhook_does_not_end_the_task(client: Client, settings: Settings, world: World):
+    """The webhook refuses every alert: the task still waits, is resolved, and records the failure."""
+    down = settings.model_copy(update={"alert_webhook_url": "http://127.0.0.1:9/alerts",
+                                       "approval_ceiling_cents": 10000})
+    task = scenario_task("SU-88421")
+    async with running_worker(client, down):
+        handle = await start(client, down, task)
+        cp = await waiting(handle, timeout=120)
+        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "approve",
+                                        "decided_by": "alice@example.com"})
+        result = await handle.result()
+    assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
+    assert result.checkpoint.alert_failures and "escalation approval_required" in result.checkpoint.alert_failures[0]

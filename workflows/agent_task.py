@@ -290,7 +290,7 @@ class AgentTaskWorkflow:
             SettleInput(task_id=task.task_id, tool=spec.name, intent_key=key, arguments=arguments,
                         status="performed" if performed else "not_performed", provider_ref=decision.provider_ref,
                         decided_by=decision.decided_by, note=decision.note),
-            start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.READ_POLICY,
+            start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.OPS_POLICY,
             summary=f"ledger: {decision.decision} {key} by {decision.decided_by}",
         )
         data = {"source": "human", "decided_by": decision.decided_by, "provider_ref": decision.provider_ref,
@@ -405,15 +405,21 @@ class AgentTaskWorkflow:
         return self._checkpoint
 
     async def _alert(self, kind: str, reason: str, key: str | None, summary: str) -> None:
-        await workflow.execute_activity(
-            "raise_alert",
-            AlertInput(alert_key=f"{self._task.task_id}:{workflow.info().run_id}:{kind}:"
-                                 f"{self._checkpoint.escalations}",
-                       task_id=self._task.task_id, kind=kind, reason=reason, intent_key=key, summary=summary,
-                       checkpoint=self._checkpoint.model_dump(mode="json")),
-            start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.READ_POLICY,
-            summary=f"alert: {kind} {reason}",
-        )
+        """An alert that cannot be delivered must not end the task: the wait and its search
+        attributes stay visible, and the failure is in the checkpoint."""
+        try:
+            await workflow.execute_activity(
+                "raise_alert",
+                AlertInput(alert_key=f"{self._task.task_id}:{workflow.info().run_id}:{kind}:"
+                                     f"{self._checkpoint.escalations}",
+                           task_id=self._task.task_id, kind=kind, reason=reason, intent_key=key, summary=summary,
+                           checkpoint=self._checkpoint.model_dump(mode="json")),
+                start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.READ_POLICY,
+                summary=f"alert: {kind} {reason}",
+            )
+        except ActivityError as err:
+            self._checkpoint.alert_failures.append(f"{kind} {reason}: {_cause(err)}")
+            self._touch()
 
     async def _dead_letter(self, reason: str) -> None:
         """Store the task with its whole checkpoint and alert: never a silent failure."""
@@ -426,7 +432,7 @@ class AgentTaskWorkflow:
             "store_dead_letter",
             DeadLetterInput(task_id=self._task.task_id, run_id=workflow.info().run_id, reason=reason,
                             checkpoint=self._checkpoint.model_dump(mode="json")),
-            start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.READ_POLICY, summary=f"dead letter: {reason}",
+            start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.OPS_POLICY, summary=f"dead letter: {reason}",
         )
         await self._alert("dead_letter", reason, None, f"task {self._task.task_id} is a dead letter: {reason}")
 
