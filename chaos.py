@@ -71,7 +71,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -87,6 +87,7 @@ from core.models import Checkpoint, TaskResult
 from core.names import STATUS_ATTR
 from core.scenarios import batch_order, batch_ticket
 from devstack.processes import WorkerProcess
+from devstack.polling import poll_until
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import start_task
 
@@ -125,18 +126,6 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
-async def poll_until(predicate: Callable[[], Awaitable[Any]], what: str, timeout: float, every: float = 0.5) -> Any:
-    """Poll an async predicate until it returns something truthy; TimeoutError after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(every)
 
 
 # --- the killer ----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ class Effect:
     provider_ref: str | None
     amount_cents: int | None
     detail: dict[str, Any]
+    updated_at: float
 
     @classmethod
     def from_row(cls, row) -> "Effect":
@@ -32,6 +33,7 @@ class Effect:
             intent_key=row["intent_key"], task_id=row["task_id"], tool=row["tool"], status=row["status"],
             owner=row["owner"], lease_until=row["lease_until"], provider_ref=row["provider_ref"],
             amount_cents=row["amount_cents"], detail=json.loads(row["detail"] or "{}"),
+            updated_at=row["updated_at"],
         )
 
 

@@ -63,8 +63,7 @@ class ReconcileActivities:
                                         provider_refs=[row.provider_ref or ""],
                                         detail=f"ledger says performed as {row.provider_ref}; the provider has no such"
                                                " effect"))
-            if row.status in ("intent", "unknown") and now - _updated_at(self._db, row.intent_key) > \
-                    request.stale_after_seconds:
+            if row.status in ("intent", "unknown") and now - row.updated_at > request.stale_after_seconds:
                 findings.append(Finding(kind="stale_intent", intent_key=row.intent_key,
                                         detail=f"left at {row.status} for over {request.stale_after_seconds} s"))
         return ReconcileReport(checked_ledger_rows=len(rows), checked_provider_effects=len(effects),
@@ -74,12 +73,6 @@ class ReconcileActivities:
         with self._db.connect() as conn:
             conn.execute("INSERT INTO reconciliations (created_at, findings, report) VALUES (:now, :n, :report)",
                          {"now": time.time(), "n": len(report.findings), "report": report.model_dump_json()})
-
-
-def _updated_at(db: Database, key: str) -> float:
-    with db.connect() as conn:
-        return conn.execute("SELECT updated_at FROM effects WHERE intent_key = :key", {"key": key}).fetchone()[
-            "updated_at"]
 
 
 def latest_report(db: Database) -> ReconcileReport | None:

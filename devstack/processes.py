@@ -77,17 +77,6 @@ def temporal_binary() -> str:
     return found
 
 
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
-
-
 def process_start_time(pid: int) -> int | None:
     """Kernel start time of a live pid (clock ticks since boot), to tell a PID from its reuse.
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio.client import Client, WorkflowHandle
 
 from config import Settings
+from devstack.polling import poll_until
 from core.models import Checkpoint, TaskInput, TaskResult
 from core.scenarios import SCENARIOS
 from starter import start_task
@@ -26,17 +25,7 @@ async def run(client: Client, settings: Settings, task: TaskInput) -> TaskResult
     return await (await start(client, settings, task)).result()
 
 
-async def wait_for(predicate, what: str, timeout: float = 60.0, every: float = 0.2):
-    """Poll an async predicate until it returns something truthy, or fail after `timeout` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(every)
+wait_for = poll_until
 
 
 async def checkpoint(handle: WorkflowHandle) -> Checkpoint:

@@ -25,11 +25,13 @@ from activities.db import Database
 from activities.payments import StripeGateway
 from activities.seed import seed_scenarios
 from config import Settings
-from core.models import Checkpoint, TaskInput
+from activities.records import Records
+from core.models import DecisionReceipt, ResolveInput, TaskInput
 from core.scenarios import SCENARIOS, long_run
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import redrive, start_task
+from tests.helpers import waiting
 from worker import build_worker
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -60,14 +62,6 @@ class Recorder:
         seed_scenarios(Database(db), StripeGateway(STRIPE_API_KEY, self.stack.stripe_url, 10.0))
         return settings
 
-    async def wait_for_human(self, handle: WorkflowHandle) -> Checkpoint:
-        for _ in range(600):
-            cp = await handle.query("checkpoint", result_type=Checkpoint)
-            if cp.state == "awaiting_human":
-                return cp
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"{handle.id} never waited for a human")
-
 
 def task(name: str, suffix: str, **options) -> TaskInput:
     base = SCENARIOS[name](**options)
@@ -96,10 +90,9 @@ async def unknown_resolved(r: Recorder) -> list[WorkflowHandle]:
     r.edge.configure("passthrough", preset("unverifiable", "/v1/refunds", 1.0))
     async with build_worker(r.client, settings):
         handle = await start_task(r.client, settings, task("SU-88421", "unknown-resolved"))
-        cp = await r.wait_for_human(handle)
+        cp = await waiting(handle)
         r.edge.configure("passthrough")
         gateway = StripeGateway(STRIPE_API_KEY, r.stack.stripe_url, 10.0)
-        from activities.records import Records
         pi = Records(Database(settings.agent_db_path)).order("SU-88421").payment_intent_id
         [refund] = gateway.refunds(pi)
         await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "mark_performed",
@@ -112,12 +105,11 @@ async def approval(r: Recorder, decision: str) -> list[WorkflowHandle]:
     settings = r.settings(approval_ceiling_cents=10000)
     async with build_worker(r.client, settings):
         handle = await start_task(r.client, settings, task("SU-88421", f"approval-{decision}"))
-        cp = await r.wait_for_human(handle)
+        cp = await waiting(handle)
         await handle.signal("resolve", "not a decision")
         await handle.signal("resolve", {"intent_key": "v1:issue_refund:other", "decision": decision,
                                         "decided_by": "alice@example.com"})
         if decision == "approve":
-            from core.models import DecisionReceipt, ResolveInput
             await handle.execute_update("decide", ResolveInput(intent_key=cp.waiting_for.intent_key,
                                                                decision="approve", decided_by="alice@example.com"),
                                         result_type=DecisionReceipt)
