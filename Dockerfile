@@ -5,10 +5,9 @@ COPY pyproject.toml README.md ./
 COPY core ./core
 COPY workflows ./workflows
 COPY activities ./activities
-COPY devstack ./devstack
+COPY infra ./infra
 COPY migrations ./migrations
-COPY worker.py starter.py config.py demo.py schedules.py bench.py codec.py connection.py telemetry.py \
-     chaos.py load.py bench_bare.py ./
+COPY worker.py starter.py ./
 RUN pip install --no-cache-dir .
 RUN useradd --create-home agent && mkdir -p /data && chown agent /data
 USER agent

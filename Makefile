@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(PYTHON) demo.py
+	$(PYTHON) -m devstack.demo
 
 test: $(VENV)/.installed $(CHROMIUM) $(COMPOSE)
 	$(PYTHON) -m pytest -q
@@ -44,14 +44,14 @@ status: $(VENV)/.installed
 	@$(PYTHON) -m devstack status || true
 
 bench: $(VENV)/.installed
-	$(PYTHON) bench.py
+	$(PYTHON) -m devstack.bench
 
 # Exactly-once under SIGKILLs and provider faults (300 tickets, both edge modes), and the load comparison.
 chaos: $(VENV)/.installed
-	$(PYTHON) chaos.py
+	$(PYTHON) -m devstack.chaos
 
 load: $(VENV)/.installed
-	$(PYTHON) load.py
+	$(PYTHON) -m devstack.load
 
 # Re-record the replay corpus on purpose (see tests/histories/README.md).
 record: $(VENV)/.installed

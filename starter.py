@@ -28,15 +28,15 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-import connection
+from infra import connection
 from activities.db import Database
 from activities.model import ModelConfigError
 from activities.payments import StripeGateway
 from activities.operations import mark_redriven
 from activities.records import Records
-from activities.seed import seed_order, seed_scenarios
+from devstack.seed import seed_order, seed_scenarios
 from activities.world import World
-from config import Settings, load_settings
+from infra.settings import Settings, load_settings
 from core.models import (
     Checkpoint,
     DecisionReceipt,
@@ -47,8 +47,9 @@ from core.models import (
     TaskResult,
 )
 from core.names import WORKFLOW_NAME
-from core.scenarios import REFUND_SCENARIOS, SCENARIOS, batch_ticket
+from devstack.scenarios import REFUND_SCENARIOS, SCENARIOS, batch_ticket
 from devstack.edge_control import FAULT_PRESETS, EdgeControl, preset
+from devstack.unsafe import naive_refund
 from worker import build_worker
 from workflows import RECONCILE_WORKFLOW
 
@@ -215,14 +216,13 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         if tool == "safe":
             result = await follow(await start_task(client, settings, task), show=False)
         else:
-            unsafe = settings.model_copy(update={"refund_tool": "unsafe"})
+            unsafe = settings.model_copy(update={"task_queue": queue})
             try:
-                naive_worker = build_worker(client, unsafe, queue)
+                naive_worker = build_worker(client, unsafe, queue, replace=[naive_refund(settings)])
             except ModelConfigError as err:
                 raise StarterError(str(err)) from None
             async with naive_worker:
-                result = await follow(await start_task(client, unsafe.model_copy(update={"task_queue": queue}),
-                                                       task), show=False)
+                result = await follow(await start_task(client, unsafe, task), show=False)
         refunds = World(Database(settings.database), gateway).refunds(order.order_id)
         rows.append((tool, task.task_id, result, refunds, edge.stats() if edge else {}))
     print(f"{args.fault or 'no fault'}, provider {'dedupes' if args.edge_mode == 'dedupe' else 'ignores'} keys")

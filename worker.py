@@ -6,10 +6,11 @@ import asyncio
 import signal
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import stripe
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -18,14 +19,12 @@ from activities import Database, ModelActivities, StripeGateway, ToolActivities
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
-from activities.records import Records
-from activities.unsafe import UnsafeRefund
-import connection
-import telemetry
-from config import Settings, load_settings
+from infra import connection
+from infra import telemetry
+from infra.settings import Settings, load_settings
 from core.names import SEARCH_ATTRIBUTES
 from activities.reconcile import ReconcileActivities
-from schedules import ensure_reconcile_schedule
+from infra.schedules import ensure_reconcile_schedule
 from workflows import AgentTaskWorkflow, ReconcileWorkflow
 
 
@@ -72,10 +71,12 @@ def model_backend(settings: Settings) -> ModelBackend:
 
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
-                 backend: ModelBackend | None = None, **worker_options: Any) -> Worker:
+                 backend: ModelBackend | None = None, replace: Sequence[Callable] = (),
+                 **worker_options: Any) -> Worker:
     """A worker for the agent task queue. `worker_options` go to temporalio's Worker over the settings
     below (e.g. max_concurrent_activities, max_concurrent_workflow_tasks, workflow_runner,
-    sticky_queue_schedule_to_start_timeout); without them the worker is as it always was."""
+    sticky_queue_schedule_to_start_timeout); without them the worker is as it always was. `replace`
+    registers other activities under the names of ours (the demo's naive refund tool)."""
     db = Database(settings.database)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
@@ -83,9 +84,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     tools = ToolActivities(db, gateway, settings.approval_ceiling_cents,
                            lease_seconds=settings.stripe_timeout_seconds * 3)
     activities = tools.activities()
-    if settings.refund_tool == "unsafe":
-        unsafe = UnsafeRefund(Records(db), gateway)
-        activities = [a for a in activities if a.__name__ != "issue_refund"] + [unsafe.issue_refund]
+    replaced = {activity_name(fn) for fn in replace}
+    activities = [a for a in activities if activity_name(a) not in replaced] + list(replace)
     model = ModelActivities(backend or model_backend(settings))
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
@@ -100,6 +100,10 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         **{"max_concurrent_activities": 100, "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
            "graceful_shutdown_timeout": timedelta(seconds=5), **worker_options},
     )
+
+
+def activity_name(fn: Callable) -> str:
+    return activity._Definition.must_from_callable(fn).name
 
 
 def check_provider(settings: Settings) -> None:

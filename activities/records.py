@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from activities.db import Database
-from core.scenarios import Invoice, Order
+from core.domain import Invoice, Order
 
 
 @dataclass(frozen=True)

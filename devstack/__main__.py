@@ -186,11 +186,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def run_demo(demo_args: list[str]) -> int:
-    """Thin hook: demo.py at the project root owns the demo and its arguments."""
-    if not (PROJECT_ROOT / "demo.py").is_file():
-        raise StackError(f"{PROJECT_ROOT / 'demo.py'} does not exist yet")
-    sys.path.insert(0, str(PROJECT_ROOT))
-    import demo  # type: ignore[import-not-found]
+    """Thin hook: devstack.demo owns the demo and its arguments."""
+    from devstack import demo
 
     return int(demo.main(demo_args) or 0)
 
@@ -214,7 +211,7 @@ def parser() -> argparse.ArgumentParser:
     with_data_dir(sub.add_parser("down", help="stop what `up` started")).set_defaults(func=cmd_down)
     with_data_dir(sub.add_parser("status", help="show what runs (exit 3 if not up)")).set_defaults(func=cmd_status)
     with_data_dir(sub.add_parser("env", help="print export lines for a running stack")).set_defaults(func=cmd_env)
-    sub.add_parser("demo", help="run demo.py's main() with all remaining arguments", add_help=False)
+    sub.add_parser("demo", help="run the demo with all remaining arguments", add_help=False)
     return p
 
 

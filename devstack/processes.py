@@ -434,7 +434,7 @@ class LocalStripe(ManagedProcess):
 
 
 class CodecServer(ManagedProcess):
-    """`codec.py serve`: decrypts payloads for the Web UI when PAYLOAD_ENCRYPTION_KEY is set."""
+    """`python -m infra.codec serve`: decrypts payloads for the Web UI when PAYLOAD_ENCRYPTION_KEY is set."""
 
     name = "codec"
     default_timeout = 30.0
@@ -449,7 +449,7 @@ class CodecServer(ManagedProcess):
         return f"http://{LOOPBACK}:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, str(PROJECT_ROOT / "codec.py"), "serve", "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "infra.codec", "serve", "--port", str(self.port)]
         for origin in self.ui_origins:
             cmd += ["--ui-origin", origin]
         return cmd

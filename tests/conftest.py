@@ -7,7 +7,7 @@ import itertools
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, Sequence
 
 import pytest
 import pytest_asyncio
@@ -16,9 +16,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
+from devstack.seed import seed_scenarios
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from devstack.edge_control import EdgeControl
 from devstack.stack import STRIPE_API_KEY, Stack
 from worker import build_worker
@@ -73,9 +73,9 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def running_worker(client: Client, settings: Settings, task_queue: str | None = None
-                         ) -> AsyncIterator[None]:
-    async with build_worker(client, settings, task_queue):
+async def running_worker(client: Client, settings: Settings, task_queue: str | None = None,
+                         replace: Sequence[Callable] = ()) -> AsyncIterator[None]:
+    async with build_worker(client, settings, task_queue, replace=replace):
         yield
 
 

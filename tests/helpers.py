@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from temporalio.client import Client, WorkflowHandle
 
-from config import Settings
+from infra.settings import Settings
 from devstack.polling import poll_until
 from core.models import Checkpoint, TaskInput, TaskResult
-from core.scenarios import SCENARIOS
+from devstack.scenarios import SCENARIOS
 from starter import start_task
 from tests.conftest import unique
 

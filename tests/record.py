@@ -23,11 +23,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
-from config import Settings
+from devstack.seed import seed_scenarios
+from infra.settings import Settings
 from activities.records import Records
 from core.models import DecisionReceipt, ResolveInput, TaskInput
-from core.scenarios import SCENARIOS, long_run
+from devstack.scenarios import SCENARIOS, long_run
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import redrive, start_task

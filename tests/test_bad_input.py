@@ -12,7 +12,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.db import Database
 from activities.tools import ToolActivities
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.gate import Rejection, validate_call
 from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput

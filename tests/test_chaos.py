@@ -1,6 +1,6 @@
 """Exactly once under chaos, small: 30 refund tickets through two worker processes that are
 SIGKILLed at random (seeded) every 1-5 s and restarted, against a Stripe edge that faults a
-seeded fraction of refund requests, in both edge modes (chaos.py, `make chaos`, is the same
+seeded fraction of refund requests, in both edge modes (devstack/chaos.py, `make chaos`, is the same
 with 300 tickets). Judged on the world: the provider's refunds and the ledger.
 
 Exit codes of killed workers (-9) and of workers stopped at the end (0, or the PyGILState_Release
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos import MODES, POST_FAULTS, fault_rules, run_chaos, table
+from devstack.chaos import MODES, POST_FAULTS, fault_rules, run_chaos, table
 
 TICKETS = 30
 RATE = 3.0  # tickets started per second: the chaos lasts at least 10 s, so the killer (1-5 s) fires

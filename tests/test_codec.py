@@ -15,8 +15,8 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from activities.world import World
-from codec import ENCODING, EncryptionCodec, codec_app, data_converter
-from config import Settings
+from infra.codec import ENCODING, EncryptionCodec, codec_app, data_converter
+from infra.settings import Settings
 from devstack.processes import free_port
 from devstack.stack import Stack
 from tests.helpers import run, scenario_task

@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from devstack.stack import Stack
 from tests.helpers import scenario_task, start
 

@@ -19,7 +19,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from activities.db import Database
 from activities.operations import alerts, dead_letters
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.models import Outcome
 from core.names import SEARCH_ATTRIBUTES
 from devstack.edge_control import EdgeControl, preset

@@ -11,7 +11,7 @@ from temporalio.client import Client
 from temporalio.workflow import NondeterminismError
 
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from tests.evolution_workflows import PatchedChange, UnguardedChange
 from tests.helpers import run, scenario_task
 from tests.test_replay import CORPUS, load, replayer

@@ -9,7 +9,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.db import Database
 from activities.operations import alerts
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.keys import derive_intent_key
 from core.models import DecisionReceipt, Outcome, ResolveInput
 from core.tools import REGISTRY

@@ -6,9 +6,9 @@ from __future__ import annotations
 from temporalio.client import Client
 
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.models import Outcome
-from core.scenarios import long_run
+from devstack.scenarios import long_run
 from tests.conftest import running_worker, unique
 from tests.helpers import start
 

@@ -32,7 +32,7 @@ from activities.backends.anthropic_messages import RAW_ARGUMENTS, messages_reque
 from activities.backends.openai_chat import reply_from_completion
 from activities.model import ModelBackend, make_backend
 from activities.world import World
-from config import PROJECT_ROOT, Settings
+from infra.settings import PROJECT_ROOT, Settings
 from core.models import ChatMessage, ModelTurnInput, Outcome, ToolCall
 from core.names import MODEL_TURN_ACTIVITY
 from core.policies import TOOL_HEARTBEAT as HEARTBEAT_TIMEOUT

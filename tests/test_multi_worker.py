@@ -11,10 +11,10 @@ from temporalio.client import Client
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
+from devstack.seed import seed_scenarios
 from activities.world import World
-from config import Settings
-from core.scenarios import batch_ticket
+from infra.settings import Settings
+from devstack.scenarios import batch_ticket
 from devstack.stack import STRIPE_API_KEY, Stack
 from tests.conftest import unique
 from tests.helpers import start

@@ -15,10 +15,11 @@ import pytest
 from temporalio.client import Client
 
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.models import Outcome, TaskResult
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import Stack
+from devstack.unsafe import naive_refund
 from tests.conftest import running_worker
 from tests.helpers import run, scenario_task, start, waiting
 
@@ -104,9 +105,8 @@ async def test_negative_control_unsafe_tool_pays_twice(mode, client: Client, fas
                                                        edge: EdgeControl):
     """Without intent keys and honest outcomes the same fault pays twice: what the protection prevents."""
     edge.configure(mode, preset("timeout-after-accept", "/v1/refunds", TIMEOUT))
-    unsafe = fast.model_copy(update={"refund_tool": "unsafe"})
-    async with running_worker(client, unsafe):
-        await run(client, unsafe, scenario_task("SU-88421"))
+    async with running_worker(client, fast, replace=[naive_refund(fast)]):
+        await run(client, fast, scenario_task("SU-88421"))
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800, 11800]
 
 

@@ -17,9 +17,9 @@ from temporalio.client import Client
 from activities.db import Database
 from activities.ledger import EffectLedger
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
+from devstack.seed import seed_scenarios
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.models import Outcome
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import STRIPE_API_KEY, Stack

@@ -14,9 +14,9 @@ from activities.db import Database
 from activities.operations import alerts
 from activities.reconcile import latest_report
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.models import ReconcileInput, ReconcileReport
-from schedules import ensure_reconcile_schedule
+from infra.schedules import ensure_reconcile_schedule
 from tests.conftest import running_worker
 from tests.helpers import run, scenario_task, wait_for
 from workflows import RECONCILE_WORKFLOW

@@ -8,7 +8,7 @@ import asyncio
 from temporalio.client import Client
 
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.models import Outcome
 from tests.conftest import running_worker
 from tests.helpers import run, scenario_task, start

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 from temporalio.client import Client
 
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from devstack.processes import free_port
 from tests.conftest import running_worker
 from tests.helpers import scenario_task, start, waiting

@@ -15,10 +15,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from devstack.processes import free_port
 from devstack.stack import Stack
-from telemetry import JsonFormatter, runtime, tracing_interceptors
+from infra.telemetry import JsonFormatter, runtime, tracing_interceptors
 from tests.helpers import run, scenario_task
 from worker import build_worker
 

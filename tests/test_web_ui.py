@@ -26,9 +26,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
+from devstack.seed import seed_scenarios
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import start_task
 from tests.helpers import checkpoint, scenario_task, waiting

@@ -1,6 +1,6 @@
 """Load: the harness beside a bare Temporal workflow, on the same server, in one run.
 
-    python load.py [--tickets 300] [--latency 30] [--rounds 2] [--worker-option NAME=VALUE ...]
+    python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--worker-option NAME=VALUE ...]
 
 On a fresh local stack (Temporal dev server with the project's pragmas, localstripe behind the
 Stripe edge in dedupe mode with no faults) it runs:
@@ -44,11 +44,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
-from bench_bare import BARE_ACTIVITY, BareTaskWorkflow
-from config import Settings
+from devstack.seed import seed_scenarios
+from devstack.bench_bare import BARE_ACTIVITY, BareTaskWorkflow
+from infra.settings import Settings
 from core.models import TaskResult
-from core.scenarios import batch_ticket
+from devstack.scenarios import batch_ticket
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import start_task
 from worker import build_worker
@@ -172,7 +172,7 @@ class Load:
             assert not bad, f"harness tasks not completed: {bad[:5]}"
         after_own = os.times()
         cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
-        cpu["load.py (client + worker)"] = (after_own.user + after_own.system) - (own.user + own.system)
+        cpu["load (client + worker)"] = (after_own.user + after_own.system) - (own.user + own.system)
         return {"seconds": elapsed, "tasks_per_s": count / elapsed,
                 "activities_per_s": count * self.activities_per_task / elapsed, **{f"cpu:{k}": v for k, v in cpu.items()}}
 
@@ -255,7 +255,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python load.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devstack.load", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tickets", type=int, default=300)
     parser.add_argument("--latency", type=int, default=30, help="sequential single tasks per side")
     parser.add_argument("--rounds", type=int, default=2)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from activities.db import Database
 from activities.payments import StripeGateway
 from activities.records import Records
-from core.scenarios import INVOICES, ORDERS, Order, batch_order
+from core.domain import Order
+from devstack.scenarios import INVOICES, ORDERS, batch_order
 
 
 def seed_order(records: Records, gateway: StripeGateway, order: Order) -> str:

@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.names import DEFAULT_TASK_QUEUE
 
-PROJECT_ROOT = Path(__file__).resolve().parent
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 class Settings(BaseSettings):
@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     temporal_api_key: SecretStr | None = None
     temporal_tls_cert: Path | None = None
     temporal_tls_key: Path | None = None
-    payload_encryption_key: SecretStr | None = Field(default=None, description="base64 of 32 bytes; see codec.py")
+    payload_encryption_key: SecretStr | None = Field(default=None, description="base64 of 32 bytes; see infra/codec.py")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus endpoint on 127.0.0.1; 0 is off")
     otel_tracing: bool = False
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -44,7 +44,6 @@ class Settings(BaseSettings):
     model_timeout_seconds: float = Field(default=100.0, gt=0, le=115, description="one request; under the "
                                          "model_turn activity's 120 s start-to-close")
     model_max_tokens: int = Field(default=4096, gt=0, description="reply token limit (sent to Anthropic)")
-    refund_tool: Literal["safe", "unsafe"] = "safe"
     temporal_ui_url: str = "http://127.0.0.1:8233"
     alert_webhook_url: str | None = None
     alert_webhook_token: SecretStr | None = None

@@ -2,7 +2,7 @@
 SIGKILLed, against a Stripe edge that injects faults on a fraction of requests. A check on
 the world, not on the model's replies.
 
-    python chaos.py [--tickets 300] [--mode dedupe|passthrough|both] [--seed N] [--rate 10]
+    python -m devstack.chaos [--tickets 300] [--mode dedupe|passthrough|both] [--seed N] [--rate 10]
 
 For each edge mode it starts its own stack (Temporal dev server + localstripe behind the Stripe
 edge, free ports, a temporary folder), seeds N paid batch orders, starts two `worker.py`
@@ -80,12 +80,12 @@ from temporalio.service import RPCError
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
+from devstack.seed import seed_scenarios
 from activities.world import World
-from config import Settings
+from infra.settings import Settings
 from core.models import Checkpoint, TaskResult
 from core.names import STATUS_ATTR
-from core.scenarios import batch_order, batch_ticket
+from devstack.scenarios import batch_order, batch_ticket
 from devstack.processes import WorkerProcess
 from devstack.polling import poll_until
 from devstack.stack import STRIPE_API_KEY, Stack
@@ -543,7 +543,7 @@ def table(reports: list[ChaosReport]) -> str:
 
 
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python chaos.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devstack.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tickets", type=int, default=300)
     parser.add_argument("--mode", choices=[*MODES, "both"], default="both")
     parser.add_argument("--seed", type=int, default=1)

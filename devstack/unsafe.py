@@ -2,7 +2,8 @@
 
 A fresh uuid4 idempotency key per attempt and a bare "refund failed" on any error, so a
 timeout after the provider accepted makes the model ask again and the provider pay again.
-Registered under the real activity name only when a worker runs with REFUND_TOOL=unsafe.
+Registered under the real activity name only by the demo and the tests (`build_worker(replace=...)`);
+the product never offers it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import uuid
 
 from temporalio import activity
 
+from activities.db import Database
 from activities.payments import StripeGateway
 from activities.records import Records
 from core.models import Outcome, ToolInput, ToolResult
@@ -37,3 +39,10 @@ class UnsafeRefund:
             return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, message="refund failed", retryable=True)
         return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED,
                           data={"provider_ref": refund.id, "amount_cents": refund.amount})
+
+
+def naive_refund(settings) -> object:  # noqa: ANN001
+    """The naive tool's activity for a worker with these settings."""
+    gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
+                            settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
+    return UnsafeRefund(Records(Database(settings.database)), gateway).issue_refund

@@ -1,8 +1,8 @@
-"""The bare baseline for `load.py`: a Temporal workflow that runs N plain activities in a row.
+"""The bare baseline for `devstack.load`: a Temporal workflow that runs N plain activities in a row.
 
 No gate, no intent keys, no ledger, no checkpoint, no search attributes: what the same number of
 activities per task costs on the same server with nothing of ours around it. Workflow code only
-(the activity it calls by name, `bare_step`, is defined in load.py).
+(the activity it calls by name, `bare_step`, is defined in devstack/load.py).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import shutil
 import sys
 import threading
 
-from config import PROJECT_ROOT, Settings
-from core.scenarios import SCENARIOS
+from infra.settings import PROJECT_ROOT, Settings
+from devstack.scenarios import SCENARIOS
 from devstack.processes import StackError
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import StarterError, cmd_compare, run_tasks, seed

@@ -14,8 +14,8 @@ from temporalio.client import Client, Interceptor
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
-from codec import data_converter
-from config import Settings
+from infra.codec import data_converter
+from infra.settings import Settings
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:

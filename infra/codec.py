@@ -1,8 +1,8 @@
 """Encrypted payloads: transcripts hold customer data, so workflow and activity payloads are
 encrypted (AES-256-GCM) before they reach Temporal, with a key from the environment.
 
-    PAYLOAD_ENCRYPTION_KEY=$(python codec.py new-key)    # 32 random bytes, base64
-    python codec.py serve --port 8888                     # codec server for the Web UI
+    PAYLOAD_ENCRYPTION_KEY=$(python -m infra.codec new-key)    # 32 random bytes, base64
+    python -m infra.codec serve --port 8888                     # codec server for the Web UI
 
 The codec server implements Temporal's remote codec protocol (POST /encode, /decode) so that
 the Web UI, started with --ui-codec-endpoint, shows decrypted payloads to operators. It listens

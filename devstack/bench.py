@@ -19,10 +19,10 @@ from temporalio.worker import Replayer
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from activities.seed import seed_scenarios
-from config import Settings
+from devstack.seed import seed_scenarios
+from infra.settings import Settings
 from core.models import TaskResult
-from core.scenarios import long_run
+from devstack.scenarios import long_run
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import start_task
 from worker import build_worker
