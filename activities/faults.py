@@ -2,6 +2,8 @@
 
 The worker SIGKILLs itself the first time it reaches a named point, leaving a marker file
 so the restarted worker (started without CRASH_AT, or with the marker present) goes on.
+With CRASH_SIGNAL=SIGSTOP it pauses there instead, until someone sends it SIGCONT: a process
+that wakes up late.
 """
 
 from __future__ import annotations
@@ -21,4 +23,4 @@ def crash_point(name: str) -> None:
         if path.exists():
             return
         path.write_text(name)
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.Signals[os.environ.get("CRASH_SIGNAL", "SIGKILL")])
