@@ -260,7 +260,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def signed_decision(args: argparse.Namespace, settings: Settings) -> ResolveInput:
+async def signed_decision(args: argparse.Namespace, client: Client | None) -> ResolveInput:
     """The decision the options describe, for the call the task waits for, signed with --key-file."""
     try:
         key = load_key_file(args.key_file)
@@ -268,7 +268,9 @@ async def signed_decision(args: argparse.Namespace, settings: Settings) -> Resol
         raise StarterError(str(err)) from None
     intent_key = args.key
     if intent_key is None:
-        cp = await query_checkpoint(await connect(settings), args.task_id)
+        if client is None:
+            raise StarterError("--key is needed when Temporal is not asked which call the task waits for")
+        cp = await query_checkpoint(client, args.task_id)
         if cp.waiting_for is None:
             raise StarterError(f"{args.task_id} is {cp.state}, not waiting for a decision")
         intent_key = cp.waiting_for.intent_key
@@ -289,8 +291,9 @@ async def query_checkpoint(client: Client, task_id: str) -> Checkpoint:
 
 async def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
     """Sign a decision on the call a task waits for and send it through the `decide` Update."""
-    decision = await signed_decision(args, settings)
-    handle = (await connect(settings)).get_workflow_handle(args.task_id)
+    client = await connect(settings)
+    decision = await signed_decision(args, client)
+    handle = client.get_workflow_handle(args.task_id)
     try:
         receipt = await handle.execute_update("decide", decision, result_type=DecisionReceipt)
     except WorkflowUpdateFailedError as err:
@@ -303,7 +306,8 @@ async def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_sign(args: argparse.Namespace, settings: Settings) -> int:
     """Print a signed decision as JSON: paste it into the Web UI's Send a Signal form (`resolve`)."""
-    print((await signed_decision(args, settings)).model_dump_json(indent=2))
+    client = None if args.key else await connect(settings)
+    print((await signed_decision(args, client)).model_dump_json(indent=2))
     return 0
 
 
