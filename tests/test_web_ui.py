@@ -196,9 +196,9 @@ async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui
         assert (cp.waiting_for.tool, cp.waiting_for.reason) == ("issue_refund", "approval_required")
         assert ui_world.refunds("SU-88421") == []
         key = cp.waiting_for.intent_key
-        payload = json.loads(starter("sign", handle.id, "approve", "--by", OPERATOR, "--key-file",
+        payload = json.loads(starter("sign", handle.id, "approve", "--key", key, "--by", OPERATOR, "--key-file",
                                      str(operator_key[0]), "--note", "approved in the Web UI",
-                                     env={**ui_stack.env(), "PATH": "/usr/bin:/bin"}))
+                                     env={"PATH": "/usr/bin:/bin"}))
         assert payload["intent_key"] == key and payload["signature"]
 
         await approve_in_browser(chromium, ui_stack.ui_url, handle, payload, tmp_path)
