@@ -118,7 +118,7 @@ async def follow(handle: WorkflowHandle, show: bool) -> TaskResult:
                 if wait is not None and seen.get("#wait") != wait.intent_key:
                     seen["#wait"] = wait.intent_key
                     print(f"  {cp.task_id}  waits for a human: {wait.reason} on {wait.tool} ({wait.detail})\n"
-                          f"      decide: python starter.py resolve {cp.task_id} {wait.allowed[0]} --by you@example.com"
+                          f"      decide: python starter.py resolve {cp.task_id} {wait.allowed[0]} --by YOU --key-file YOU.pem"
                           f"   (allowed: {', '.join(wait.allowed)}; deadline {wait.deadline})", flush=True)
                 for name, step in cp.steps.items():
                     line = f"{step.status}{' ' + step.outcome if step.outcome else ''}"

@@ -172,9 +172,9 @@ PATHS = [
           "asks again and gets already_performed from the journal", timeout_after_accept),
     Path_("su-88421-unknown-resolved", "refund unverifiable -> unknown -> awaiting_human -> mark_performed by signal",
           unknown_resolved),
-    Path_("su-88421-approval-granted", "over the ceiling: a malformed and a wrong-key signal are ignored, "
-          "then the decide Update approves", lambda r: approval(r, "approve")),
-    Path_("su-88421-approval-rejected", "over the ceiling, rejected by signal; no refund",
+    Path_("su-88421-approval-granted", "over the ceiling: a malformed, a wrong-key and an unsigned signal "
+          "change nothing, then a signed decide Update approves", lambda r: approval(r, "approve")),
+    Path_("su-88421-approval-rejected", "over the ceiling, rejected by a signed signal; no refund",
           lambda r: approval(r, "reject")),
     Path_("su-88421-dead-letter", "unknown refund nobody decides on -> dead letter (run 1) and its redrive, "
           "where the refund comes back already_performed (run 2)", dead_letter_and_redrive),

@@ -382,7 +382,9 @@ class AgentTaskWorkflow:
         try:
             await workflow.wait_condition(lambda: self._decision is not None, timeout=timedelta(seconds=timeout))
         except asyncio.TimeoutError:
-            raise _Stop("dead_lettered", f"no decision on {reason} for {key} within {timeout} s") from None
+            pass
+        if self._decision is None:  # a decision applied as the deadline passed still counts
+            raise _Stop("dead_lettered", f"no decision on {reason} for {key} within {timeout} s")
         decision, self._decision = self._decision, None
         self._checkpoint.waiting_for = None
         if decision.decision == "abort":
