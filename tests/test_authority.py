@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -265,7 +266,7 @@ class _LeakyModel:
 
 def _history_text(history_json: str) -> str:
     decoded = [history_json]
-    for blob in __import__("re").findall(r'"data":\s*"([A-Za-z0-9+/=]+)"', history_json):
+    for blob in re.findall(r'"data":\s*"([A-Za-z0-9+/=]+)"', history_json):
         decoded.append(base64.b64decode(blob).decode("utf-8", errors="replace"))
     return "\n".join(decoded)
 

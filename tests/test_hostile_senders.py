@@ -12,7 +12,6 @@ expired, for another task, from a non-approver or for another call.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import random
 from dataclasses import dataclass
