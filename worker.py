@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
 from activities.authority import AuthorityActivities, public_key_from
+from activities.effects import ProviderTerms
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
@@ -70,6 +71,13 @@ def model_backend(settings: Settings) -> ModelBackend:
                         timeout_seconds=settings.model_timeout_seconds, max_tokens=settings.model_max_tokens)
 
 
+def provider_terms(settings: Settings) -> ProviderTerms:
+    return ProviderTerms(honours_keys=settings.stripe_honours_keys,
+                         request_timeout_seconds=settings.stripe_timeout_seconds,
+                         processing_window_seconds=settings.stripe_processing_window_seconds,
+                         lease_seconds=settings.effect_lease_seconds)
+
+
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
                  backend: ModelBackend | None = None, replace: Sequence[Callable] = (),
@@ -82,15 +90,16 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
                             settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
-    tools = ToolActivities(db, gateway, settings.approval_ceiling_cents,
-                           lease_seconds=settings.stripe_timeout_seconds * 3)
+    tools = ToolActivities(db, gateway, settings.approval_ceiling_cents, provider_terms(settings),
+                           settings.payment_approval_ceiling_cents)
     activities = tools.activities()
     replaced = {activity_name(fn) for fn in replace}
     activities = [a for a in activities if activity_name(a) not in replaced] + list(replace)
     model = ModelActivities(backend or model_backend(settings))
     authority = AuthorityActivities(
         db, {name: public_key_from(key) for name, key in settings.approver_keys.items()},
-        refund_ceiling_cents=settings.approval_ceiling_cents, payment_ceiling_cents=settings.payment_ceiling_cents,
+        refund_ceiling_cents=settings.approval_ceiling_cents,
+        payment_ceiling_cents=settings.payment_approval_ceiling_cents,
         escalation_timeout_seconds=settings.escalation_timeout_seconds, disabled_tools=settings.disabled_tool_set)
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)

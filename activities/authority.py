@@ -31,7 +31,7 @@ class AuthorityActivities:
     """`approvers` maps each approver's name to their Ed25519 public key."""
 
     def __init__(self, db: Database, approvers: dict[str, Ed25519PublicKey], refund_ceiling_cents: int,
-                 payment_ceiling_cents: int, escalation_timeout_seconds: int,
+                 payment_ceiling_cents: int | None, escalation_timeout_seconds: int,
                  disabled_tools: frozenset[str] = frozenset()) -> None:
         self._records = Records(db)
         self._approvers = approvers

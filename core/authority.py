@@ -34,8 +34,8 @@ def signed_message(decision: ResolveInput) -> bytes:
 
 def narrow(policy: Policy, task: TaskInput) -> Policy:
     """The worker's policy for this task, narrowed (never widened) by the task input."""
-    def lower(mine: int, asked: int | None) -> int:
-        return mine if asked is None else min(mine, asked)
+    def lower(mine: int | None, asked: int | None) -> int | None:
+        return mine if asked is None else asked if mine is None else min(mine, asked)
 
     return policy.model_copy(update={
         "tools": [t for t in policy.tools if task.tools is None or t in task.tools],

@@ -159,7 +159,7 @@ class Policy(BaseModel):
     tools: list[str]
     approvers: list[str]
     refund_ceiling_cents: int
-    payment_ceiling_cents: int
+    payment_ceiling_cents: int | None = Field(description="None: the deployment sets no payment ceiling")
     escalation_timeout_seconds: int
     parties: list[str] = Field(default_factory=list, description="addresses a message may go to")
 

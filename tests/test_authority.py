@@ -180,9 +180,10 @@ async def test_4_a_ticket_touches_only_its_order_and_its_parties(client: Client,
 async def test_4_a_payment_pays_only_its_invoice_to_its_payee_and_waits_over_its_ceiling(
     client: Client, settings: Settings, world: World,
 ):
-    """send_payment has its own ceiling: over it, nothing is paid before a signed approval. The
+    """send_payment has its own ceiling (PAYMENT_APPROVAL_CEILING_CENTS): over it, the gate asks for a signed
+    approval before the payment activity runs at all. The
     remittance goes to the payee on record; an outside address is refused."""
-    worker = settings.model_copy(update={"payment_ceiling_cents": 100000})
+    worker = settings.model_copy(update={"payment_approval_ceiling_cents": 100000})
     calls = _calls(
         ("send_email", {"to": "someone@outside.example", "subject": "INV-9", "body": "paid"}),
         ("lookup_invoice", {"invoice_id": "INV-10"}),
