@@ -19,12 +19,19 @@ READ_POLICY = RetryPolicy(
     non_retryable_error_types=NON_RETRYABLE,
 )
 IDEMPOTENT_WRITE_POLICY = READ_POLICY
+# Seven attempts, close together: a paused worker's open activity polls (five by default) can each
+# swallow a retry that then times out, and one attempt may only wait out another's settle horizon
+# (activities/effects.py) before the provider is asked again.
 MONEY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=4), maximum_attempts=7,
+    non_retryable_error_types=NON_RETRYABLE,
+)
+IRREVERSIBLE_POLICY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10), maximum_attempts=3,
     non_retryable_error_types=NON_RETRYABLE,
 )
-IRREVERSIBLE_POLICY = MONEY_POLICY
 MODEL_POLICY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
