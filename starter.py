@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -703,6 +704,9 @@ def main(argv: list[str] | None = None) -> int:
     except PayloadKeyError as err:
         print(f"starter: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `| head` closed the pipe: the rest of the output has no reader
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("starter: stopped watching; started tasks go on in Temporal", file=sys.stderr)
         return 130
