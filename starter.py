@@ -181,18 +181,24 @@ async def start_task(client: Client, settings: Settings, task: TaskInput) -> Wor
         return client.get_workflow_handle(task.task_id, result_type=TaskResult)
 
 
-async def follow(handle: WorkflowHandle, show: bool) -> TaskResult:
-    """Wait for the result, printing each step as its status changes."""
+async def follow(handle: WorkflowHandle, show: bool, until_waiting: bool = False) -> TaskResult | None:
+    """Wait for the result, printing each step as its status changes.
+
+    With `until_waiting`, return None as soon as the task waits for a person.
+    """
     result = asyncio.ensure_future(handle.result())
     seen: dict[str, str] = {}
     try:
         while not result.done():
-            if show:
+            if show or until_waiting:
                 try:
                     cp: Checkpoint = await handle.query("checkpoint", result_type=Checkpoint)
-                    print_progress(cp, seen)
                 except RPCError:
-                    pass
+                    cp = None
+                if cp is not None and show:
+                    print_progress(cp, seen, hint_ctrl_c=not until_waiting)
+                if cp is not None and until_waiting and cp.waiting_for is not None:
+                    return None
             await asyncio.wait([result], timeout=0.5)
     finally:
         if not result.done():
@@ -200,15 +206,15 @@ async def follow(handle: WorkflowHandle, show: bool) -> TaskResult:
     return result.result()
 
 
-def print_progress(cp: Checkpoint, seen: dict[str, str]) -> None:
+def print_progress(cp: Checkpoint, seen: dict[str, str], hint_ctrl_c: bool = True) -> None:
     wait = cp.waiting_for
     if wait is not None and seen.get("#wait") != wait.intent_key:
         seen["#wait"] = wait.intent_key
         ref = " --provider-ref <the provider's id>" if wait.allowed[0] == "mark_performed" else ""
         print(f"  {cp.task_id}  waits for a human: {wait.reason} on {wait.tool} ({wait.detail})\n"
               f"      decide: python starter.py resolve {cp.task_id} {wait.allowed[0]} --by you@example.com{ref}"
-              f"   (allowed: {', '.join(wait.allowed)}; deadline {wait.deadline})\n"
-              f"      Ctrl-C stops watching; the task keeps waiting.", flush=True)
+              f"   (allowed: {', '.join(wait.allowed)}; deadline {wait.deadline})"
+              + ("\n      Ctrl-C stops watching; the task keeps waiting." if hint_ctrl_c else ""), flush=True)
     for name, step in cp.steps.items():
         line = f"{step.status}{' ' + step.outcome if step.outcome else ''}"
         if seen.get(name) != line:
@@ -320,7 +326,10 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
           flush=True)
     if args.no_wait:
         return 0
-    result = await follow(handle, show=not args.json)
+    result = await follow(handle, show=not args.json, until_waiting=args.until_waiting)
+    if result is None:
+        print(f"{task.task_id} waits for a person; `python starter.py list` shows why")
+        return 0
     world = world_of(settings, task)
     if args.json:
         print(json.dumps({"task_id": task.task_id, "state": result.state, "final_answer": result.final_answer,
@@ -645,6 +654,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--invoice", help="fact: the invoice (payables)")
     t.add_argument("--file", type=Path, help="a JSON ticket: kind, ticket_id, text, facts (and order, locally)")
     t.add_argument("--no-wait", action="store_true", help="start it and return")
+    t.add_argument("--until-waiting", action="store_true",
+                   help="watch it until it completes or waits for a person, then return")
     t.add_argument("--json", action="store_true")
     t.set_defaults(run=cmd_start)
     b = sub.add_parser("batch", help="start tickets from a JSONL file, or N generated demo tickets")

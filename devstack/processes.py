@@ -297,7 +297,7 @@ class ManagedProcess:
 class TemporalDevServer(ManagedProcess):
     """`temporal server start-dev` on loopback, with a SQLite file and our search attributes.
 
-    The pragmas and poll rate are the measured fixes from DESIGN.md (fsync-bound
+    The pragmas and poll rate are fixes measured on the development machines (fsync-bound
     SQLite; ~50 ms dispatch cadence). Ready means the frontend answers and lists
     every search attribute, since registration can lag the port opening.
     """
