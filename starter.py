@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -565,7 +566,9 @@ async def cmd_scenario(args: argparse.Namespace, settings: Settings) -> int:
     options = {"repeat_effects": args.repeat_effects} if args.repeat_effects else {}
     seed(settings)
     if args.fault or args.task_id or args.edge_mode != "dedupe":
-        suffix = args.task_id or f"F{datetime.now(timezone.utc).strftime('%m%d%H%M%S')}"
+        # one alphanumeric suffix: the order's id reads as one id in the ticket's text
+        suffix = re.sub(r"[^A-Za-z0-9]", "", args.task_id or "") or \
+            f"F{datetime.now(timezone.utc).strftime('%m%d%H%M%S')}"
         task = fresh_scenario(settings, args.name, suffix, args.task_id, options)
     else:
         task = scenarios.SCENARIOS[args.name](**options)
