@@ -33,6 +33,7 @@ from devstack.stack import STRIPE_API_KEY, Stack
 from starter import redrive, start_task
 from tests.helpers import waiting
 from worker import build_worker
+from infra.exit import run_main
 
 HISTORIES = Path(__file__).parent / "histories"
 BAD = HISTORIES / "known-bad"
@@ -220,4 +221,4 @@ def write_known_bad() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(record(set(sys.argv[1:])))
+    run_main(lambda: asyncio.run(record(set(sys.argv[1:]))))

@@ -97,3 +97,19 @@ async def test_encrypted_tasks_without_the_right_key(key_case: str, encrypted_wa
                  ["batch", str(tickets)]):
         line = one_line(await asyncio.to_thread(run, ["starter.py", *args], **env))
         assert "PAYLOAD_ENCRYPTION_KEY" in line, (args, line)
+
+
+def test_connection_from_a_temporal_profile(stack: Stack, tmp_path: Path):
+    """Temporal's own configuration file and profiles (temporalio.envconfig), no TEMPORAL_ADDRESS."""
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.ours]\naddress = "{stack.address}"\nnamespace = "default"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    env.update(TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="ours", STRIPE_API_BASE=stack.stripe_url)
+    done = subprocess.run([sys.executable, "starter.py", "list", "--status", "dead_lettered"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    env["TEMPORAL_PROFILE"] = "nobody"
+    for script in (["starter.py", "list"], ["worker.py"]):
+        done = subprocess.run([sys.executable, *script], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert "Profile 'nobody' not found" in one_line(done), done.stderr

@@ -59,6 +59,9 @@ async def test_readme_commands_and_web_ui_directions(made_up: Stack, tmp_path: P
         pytest.fail(f"{CHROMIUM} is missing (make test installs it)", pytrace=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PAYLOAD_"))}
     env.update(made_up.env())
+    nothing = await asyncio.to_thread(subprocess.run, [".venv/bin/python", "starter.py", "list"], cwd=ROOT, env=env,
+                                      capture_output=True, text=True, timeout=60)
+    assert (nothing.returncode, nothing.stdout) == (0, "no task is awaiting human\n"), nothing
     for block in runbook_blocks():
         done = await asyncio.to_thread(subprocess.run, ["bash", "-e", "-o", "pipefail", "-c", block], cwd=ROOT,
                                        env=env, capture_output=True, text=True, timeout=600)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -135,11 +136,28 @@ async def test_product_commands_run_without_the_dev_package(client: Client, sett
     assert demo.returncode == 2 and "needs the local stack (the dev extra" in demo.stderr, demo.stderr
 
 
-async def test_list_says_when_nothing_waits(settings: Settings, worker_env: dict[str, str]):
-    done = await asyncio.to_thread(starter, ["list", "--status", "cancelled"],
-                                   {**worker_env, "TASK_QUEUE": settings.task_queue})
-    assert done.returncode == 0
-    assert done.stdout.strip() == "no task is cancelled" or "cancelled" in done.stdout, done.stdout
+async def test_redrive_can_change_the_escalation_deadline(client: Client, settings: Settings, world: World):
+    from core.models import TaskInput
+    from starter import redrive
+    from tests.helpers import scenario_task, start, waiting
+
+    low = settings.model_copy(update={"approval_ceiling_cents": 5000})
+    task = scenario_task("SU-88421")
+    async with running_worker(client, low):
+        handle = await start(client, low, task)
+        await waiting(handle)
+        await handle.terminate("the operator wants a shorter deadline")
+        new, redriven, was = await redrive(client, low, task.task_id, escalation_timeout_seconds=7)
+        cp = await waiting(new)
+        await new.terminate("done looking")
+    history = await new.fetch_history()
+    [started] = await client.data_converter.decode(
+        history.events[0].workflow_execution_started_event_attributes.input.payloads, [TaskInput])
+    assert was == "terminated" and started.escalation_timeout_seconds == 7 == redriven.escalation_timeout_seconds
+    since, deadline = (datetime.fromisoformat(t.replace("Z", "+00:00"))
+                       for t in (cp.waiting_for.since, cp.waiting_for.deadline))
+    assert (deadline - since).total_seconds() == 7
+    assert len(world.refunds("SU-88421")) == 0
 
 
 async def test_scenario_with_a_fault_is_a_fresh_task_and_leaves_the_edge_as_found(
