@@ -126,3 +126,9 @@ async def test_readme_commands_and_web_ui_directions(made_up: Stack, tmp_path: P
             await browser.close()
     cp = await client.get_workflow_handle(task_id).query("checkpoint", result_type=Checkpoint)
     assert cp.waiting_for is not None and cp.waiting_for.reason == "approval_required"
+
+    # The worker served all of the above (faults, retries, escalations): every line it wrote is JSON.
+    lines = [line for line in made_up.log_file("worker").read_text().splitlines() if line.strip()]
+    assert len(lines) > 50
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
