@@ -38,7 +38,13 @@ from typing import Any, Iterator, Literal
 
 import stripe
 from pydantic import BaseModel, Field, ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
@@ -67,6 +73,7 @@ from workflows import RECONCILE_WORKFLOW
 
 
 _TASK_TIMEOUT = timedelta(seconds=3)  # a workflow task lost with a dead worker is retried in 3 s
+_LIST_QUERY_TIMEOUT = timedelta(seconds=5)  # a waiting task whose worker is down answers no query
 _STATUSES = ["running", "awaiting_human", "completed", "dead_lettered", "cancelled"]
 
 
@@ -441,17 +448,29 @@ async def cmd_redrive(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
-    """Tasks in a state, found through the AgentStatus search attribute."""
+    """This deployment's tasks (its TASK_QUEUE) in a state, found through the AgentStatus search attribute.
+
+    For waiting tasks it asks each one's checkpoint, all at once and briefly: a task whose worker is
+    down is still listed, with a note instead of its details.
+    """
     client = await connect(settings)
-    found = 0
-    async for execution in client.list_workflows(f'AgentStatus="{args.status}"'):
-        found += 1
-        detail = ""
-        if args.status == "awaiting_human":
-            wait = (await checkpoint_of(client, execution.id)).waiting_for
-            detail = f"{wait.reason} on {wait.tool}, key {wait.intent_key}" if wait else ""
-        print(f"{execution.id:<32} {args.status:<15} {detail}")
-    if not found:
+    query = f'AgentStatus="{args.status}" AND TaskQueue="{settings.task_queue}"'
+    ids = [execution.id async for execution in client.list_workflows(query)]
+
+    async def detail(task_id: str) -> str:
+        if args.status != "awaiting_human":
+            return ""
+        try:
+            cp = await client.get_workflow_handle(task_id).query("checkpoint", result_type=Checkpoint,
+                                                                 rpc_timeout=_LIST_QUERY_TIMEOUT)
+        except (RPCError, WorkflowQueryFailedError) as err:
+            return f"(its checkpoint did not answer: {str(err).splitlines()[0] if str(err) else type(err).__name__})"
+        wait = cp.waiting_for
+        return f"{wait.reason} on {wait.tool}, key {wait.intent_key}" if wait else ""
+
+    for task_id, text in zip(ids, await asyncio.gather(*(detail(i) for i in ids))):
+        print(f"{task_id:<32} {args.status:<15} {text}")
+    if not ids:
         print(f"no task is {args.status.replace('_', ' ')}")
     return 0
 
@@ -683,7 +702,7 @@ def parser() -> argparse.ArgumentParser:
                     help="how long the new run waits for a person (default: as the first run)")
     rd.add_argument("--no-wait", action="store_true")
     rd.set_defaults(run=cmd_redrive)
-    ls = sub.add_parser("list", help="tasks by status (AgentStatus search attribute)")
+    ls = sub.add_parser("list", help="this task queue's tasks by status (AgentStatus search attribute)")
     ls.add_argument("--status", default="awaiting_human", choices=_STATUSES)
     ls.set_defaults(run=cmd_list)
     rc = sub.add_parser("reconcile", help="compare the ledger with the provider now; exit 1 on findings")

@@ -136,6 +136,23 @@ async def test_product_commands_run_without_the_dev_package(client: Client, sett
     assert demo.returncode == 2 and "needs the local stack (the dev extra" in demo.stderr, demo.stderr
 
 
+async def test_list_shows_a_waiting_task_whose_worker_is_down(client: Client, settings: Settings, world: World,
+                                                               worker_env: dict[str, str]):
+    from tests.helpers import scenario_task, start, waiting
+
+    low = settings.model_copy(update={"approval_ceiling_cents": 5000})
+    task = scenario_task("SU-88421")
+    async with running_worker(client, low):
+        await waiting(await start(client, low, task))
+        listed = await asyncio.to_thread(starter, ["list"], worker_env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(task.task_id) and "approval_required on issue_refund" in listed.stdout, listed
+    down = await asyncio.to_thread(starter, ["list"], worker_env)  # no worker for its queue now
+    assert down.returncode == 0, down.stderr
+    assert down.stdout.startswith(task.task_id) and "did not answer" in down.stdout, down.stdout
+    await client.get_workflow_handle(task.task_id).terminate("test over")
+
+
 async def test_redrive_can_change_the_escalation_deadline(client: Client, settings: Settings, world: World):
     from core.models import TaskInput
     from starter import redrive
