@@ -16,7 +16,8 @@ from infra.settings import PROJECT_ROOT, Settings
 from devstack.scenarios import SCENARIOS
 from devstack.processes import StackError
 from devstack.stack import STRIPE_API_KEY, Stack
-from starter import StarterError, cmd_compare, run_tasks, seed
+from devstack.demo_commands import cmd_compare, seed
+from starter import StarterError, run_tasks
 from infra.exit import run_main
 
 DATA_DIR = PROJECT_ROOT / ".local" / "demo"
