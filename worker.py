@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from datetime import timedelta
@@ -22,12 +23,16 @@ from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
 from infra import connection
+from infra.exit import run_main
 from infra import telemetry
 from infra.settings import Settings, load_settings
 from core.names import SEARCH_ATTRIBUTES
 from activities.reconcile import ReconcileActivities
 from infra.schedules import ensure_reconcile_schedule
 from workflows import AgentTaskWorkflow, ReconcileWorkflow
+
+
+log = logging.getLogger("worker")
 
 
 def fail(message: str) -> None:
@@ -43,12 +48,12 @@ async def connect(settings: Settings) -> Client:
         raise
     try:
         return await connection.connect(settings, runtime, telemetry.tracing_interceptors(settings.otel_tracing))
-    except ValueError as err:  # a malformed encryption key
+    except ValueError as err:  # a malformed encryption key or connection profile
         fail(str(err))
         raise
     except Exception as err:  # the SDK raises RuntimeError with a long transport message
-        fail(f"cannot reach Temporal at {settings.temporal_address} "
-             f"(namespace {settings.temporal_namespace}): {str(err).splitlines()[0]}")
+        fail(f"cannot reach Temporal at {connection.address(settings)} "
+             f"(namespace {connection.namespace(settings)}): {str(err).splitlines()[0]}")
         raise
 
 
@@ -140,7 +145,7 @@ async def main() -> None:
         raise
     check_provider(settings)
     client = await connect(settings)
-    await check_search_attributes(client, settings.temporal_namespace)
+    await check_search_attributes(client, client.namespace)
     if settings.reconcile_every_minutes:
         await ensure_reconcile_schedule(client, settings.task_queue, timedelta(minutes=settings.reconcile_every_minutes))
     worker = build_worker(client, settings, backend=model)
@@ -149,12 +154,12 @@ async def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with worker:
-        print(f"worker ready: task queue {settings.task_queue} on {settings.temporal_address}, "
-              f"model {model.describe()}", flush=True)
+        log.info(f"worker ready: task queue {settings.task_queue} on {client.service_client.config.target_host}, "
+                 f"model {model.describe()}")
         await stop.wait()
     await model.aclose()
-    print("worker stopped", flush=True)
+    log.info("worker stopped")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(lambda: asyncio.run(main()))

@@ -60,6 +60,11 @@ class Records:
             return None
         return OrderRecord(Order.model_validate_json(row["body"]), row["customer_ref"], row["payment_intent_id"])
 
+    def forget_order(self, order_id: str) -> None:
+        """Drop an order from our records (the demo's naive-tool orders): reconciliation stops listing it."""
+        with self._db.connect() as conn:
+            conn.execute("DELETE FROM orders WHERE order_id = :id", {"id": order_id})
+
     def put_invoice(self, invoice: Invoice, customer_ref: str, conn: _Session | None = None) -> None:
         with _within(self._db, conn) as conn:
             conn.execute("INSERT INTO invoices (invoice_id, body, customer_ref) VALUES (:id, :body, :cus)"

@@ -126,10 +126,21 @@ def _refund(step_id: str, item_id: str | None, repeat: int, options: dict[str, A
     return PlanStep(step_id, "issue_refund", arguments, repeat)
 
 
+# The task kinds `starter.py start` offers play the scenario of the same shape.
+_KINDS = {"support": "SU-88421", "refund": "refund-8841", "payables": "INV-9"}
+
+
+def _fact(brief: str, name: str) -> str | None:
+    """A fact the starter wrote under "Facts from our systems:" (`order_id: A-17`), as a model reads it."""
+    found = re.search(rf"^{name}: *(\S+) *$", brief, re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def _plan(scenario: str, brief: str, options: dict[str, Any]) -> list[PlanStep]:
     repeat = int(options.get("repeat_effects", 0))
-    if scenario == "INV-9" or _ids(brief, "INV"):
-        invoice_id = (_ids(brief, "INV") or ["INV-9"])[0]
+    scenario = _KINDS.get(scenario, scenario)
+    if scenario == "INV-9" or _fact(brief, "invoice_id") or _ids(brief, "INV"):
+        invoice_id = _fact(brief, "invoice_id") or (_ids(brief, "INV") or ["INV-9"])[0]
         return [
             PlanStep("lookup", "lookup_invoice", lambda r: {"invoice_id": invoice_id}),
             PlanStep("pay", "send_payment", lambda r: {
@@ -141,8 +152,8 @@ def _plan(scenario: str, brief: str, options: dict[str, Any]) -> list[PlanStep]:
                 "body": f"We paid {invoice_id}: {r['pay']['data']['amount_cents'] / 100:.2f} "
                         f"{r['lookup']['data']['currency'].upper()}, reference {r['pay']['data']['provider_ref']}."}),
         ]
-    order_id = (_ids(brief, "SU") or _ids(brief, "ORD") or _ids(brief, "B") or [""])[0]
-    item_id = options.get("item_id")
+    order_id = _fact(brief, "order_id") or (_ids(brief, "SU") or _ids(brief, "ORD") or _ids(brief, "B") or [""])[0]
+    item_id = options.get("item_id") or _fact(brief, "item_id")
     steps = [PlanStep("lookup", "get_order", lambda r: {"order_id": order_id})]
     if scenario == "SU-88421":
         steps.append(PlanStep("policy", "search_policy", lambda r: {"query": "damaged item refund"}))

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from devstack.processes import (
     PROJECT_ROOT,
     ManagedProcess,
@@ -44,7 +46,10 @@ def is_ours(entry: dict[str, Any]) -> bool:
     """The recorded PID still runs, leads its group, and is the same process (same start time)."""
     pid = entry["pid"]
     started = process_start_time(pid)
-    if started is None or (entry.get("start_time") is not None and started != entry["start_time"]):
+    recorded = entry.get("start_time")
+    if isinstance(recorded, int):  # recorded by an earlier version: clock ticks since boot
+        recorded = psutil.boot_time() + recorded / os.sysconf("SC_CLK_TCK")
+    if started is None or (recorded is not None and abs(started - recorded) > 0.05):
         return False
     try:
         return os.getpgid(pid) == pid

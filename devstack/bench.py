@@ -27,6 +27,7 @@ from devstack.stack import STRIPE_API_KEY, Stack
 from starter import start_task
 from worker import build_worker
 from workflows import AgentTaskWorkflow
+from infra.exit import run_main
 
 LIMIT_EVENTS, LIMIT_BYTES = 10_000, 2 * 1024 * 1024
 
@@ -82,4 +83,5 @@ async def main(turn_counts: list[int]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("turns", nargs="*", type=int, default=[25, 100, 500, 2000])
-    asyncio.run(main(parser.parse_args().turns))
+    turns = parser.parse_args().turns
+    run_main(lambda: asyncio.run(main(turns)))

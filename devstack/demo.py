@@ -16,7 +16,9 @@ from infra.settings import PROJECT_ROOT, Settings
 from devstack.scenarios import SCENARIOS
 from devstack.processes import StackError
 from devstack.stack import STRIPE_API_KEY, Stack
-from starter import StarterError, cmd_compare, run_tasks, seed
+from devstack.demo_commands import cmd_compare, seed
+from starter import StarterError, run_tasks
+from infra.exit import run_main
 
 DATA_DIR = PROJECT_ROOT / ".local" / "demo"
 CLIENT_TIMEOUT = 2.0  # seconds; the injected "timeout after accept" answers one second later
@@ -74,4 +76,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_main(lambda: main(sys.argv[1:]))

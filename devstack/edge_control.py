@@ -17,6 +17,13 @@ class EdgeControl:
     def configure(self, mode: str = "dedupe", rules: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         return self._call("PUT", "/_edge/config", {"mode": mode, "rules": rules or []})
 
+    def current(self) -> dict[str, Any]:
+        """The edge's configuration now (mode, rules, seed), to put back with `restore`."""
+        return self._call("GET", "/_edge/config")
+
+    def restore(self, config: dict[str, Any]) -> None:
+        self._call("PUT", "/_edge/config", config)
+
     def stats(self) -> dict[str, int]:
         return self._call("GET", "/_edge/stats")
 

@@ -52,6 +52,7 @@ from devstack.scenarios import batch_ticket
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import start_task
 from worker import build_worker
+from infra.exit import run_main
 
 WARMUP = 3
 HARNESS_QUEUE, BARE_QUEUE = "load-harness", "load-bare"
@@ -278,4 +279,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main)

@@ -1,4 +1,4 @@
-"""Demo and test scenarios from DESIGN.md: the world they need and the task that starts them."""
+"""Demo and test scenarios (the incidents of docs/design.md): the world they need and the task that starts them."""
 
 from __future__ import annotations
 

@@ -89,8 +89,12 @@ class Stack:
         return self.data_dir / f"{name}.log"
 
     def env(self) -> dict[str, str]:
-        """What worker.py, starter.py and the temporal CLI read to find this stack."""
-        return {
+        """What worker.py, starter.py and the temporal CLI read to find this stack.
+
+        With PAYLOAD_ENCRYPTION_KEY in the environment the stack runs encrypted, and a starter needs
+        the same key: it is one of the lines (a local development key, in the git-ignored data folder).
+        """
+        env = {
             "TEMPORAL_ADDRESS": self.address,
             "TEMPORAL_NAMESPACE": self.namespace,
             "TASK_QUEUE": self.task_queue,
@@ -98,6 +102,11 @@ class Stack:
             "STRIPE_API_KEY": STRIPE_API_KEY,
             "AGENT_DB_PATH": str(self.agent_db),
         }
+        if self.ui_url:
+            env["TEMPORAL_UI_URL"] = self.ui_url
+        if os.environ.get("PAYLOAD_ENCRYPTION_KEY"):
+            env["PAYLOAD_ENCRYPTION_KEY"] = os.environ["PAYLOAD_ENCRYPTION_KEY"]
+        return env
 
     def check_ports(self) -> None:
         wanted = {"Temporal": self.temporal_port, "localstripe": self.stripe_port}

@@ -20,6 +20,7 @@ import sys
 from typing import Iterable, Sequence
 
 from aiohttp import web
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
@@ -29,6 +30,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "agent-payloads-v1"
+
+
+class PayloadKeyError(ValueError):
+    """An encrypted payload that this process cannot read: no key, or not the key it was encrypted with."""
 
 
 class EncryptionCodec(PayloadCodec):
@@ -50,9 +55,14 @@ class EncryptionCodec(PayloadCodec):
                 continue
             key_id = payload.metadata.get("encryption-key-id", b"").decode()
             if key_id != self._key_id:
-                raise ValueError(f"payload was encrypted with key {key_id!r}, not {self._key_id!r}")
+                raise PayloadKeyError(f"payload was encrypted with key {key_id!r}, not {self._key_id!r}")
+            try:
+                plain = self._decrypt(payload.data)
+            except InvalidTag:
+                raise PayloadKeyError("the task's payloads were encrypted with another key than "
+                                      "PAYLOAD_ENCRYPTION_KEY: use the worker's key") from None
             decoded = Payload()
-            decoded.ParseFromString(self._decrypt(payload.data))
+            decoded.ParseFromString(plain)
             out.append(decoded)
         return out
 
@@ -71,15 +81,28 @@ def key_from(text: str) -> bytes:
         raise ValueError("PAYLOAD_ENCRYPTION_KEY is not valid base64") from err
 
 
+class _NoKeyCodec(PayloadCodec):
+    """Without a key: payloads pass as they are, and an encrypted one is refused with the reason."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        if any(p.metadata.get("encoding") == ENCODING for p in payloads):
+            raise PayloadKeyError("the task's payloads are encrypted and PAYLOAD_ENCRYPTION_KEY is not set: "
+                                  "export the worker's key")
+        return list(payloads)
+
+
 def data_converter(key: str | None) -> DataConverter:
     """The one data converter: pydantic, plus encryption when a key is configured.
 
     With a key, failures' messages and stack traces are moved into an encoded payload too (a
     provider's error may echo a prompt, a customer's name, an address), so the server and its
-    histories see only "Encoded failure".
+    histories see only "Encoded failure". Without one, an encrypted payload is refused with the reason.
     """
     if not key:
-        return pydantic_data_converter
+        return dataclasses.replace(pydantic_data_converter, payload_codec=_NoKeyCodec())
     return dataclasses.replace(pydantic_data_converter, payload_codec=EncryptionCodec(key_from(key)),
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 

@@ -1,39 +1,63 @@
 """Connecting to Temporal the same way everywhere: the local dev server, a cluster, or Temporal Cloud.
 
-One data converter for all (pydantic, plus payload encryption when PAYLOAD_ENCRYPTION_KEY is
-set). For Temporal Cloud set TEMPORAL_ADDRESS (<namespace>.<account>.tmprl.cloud:7233),
-TEMPORAL_NAMESPACE (<namespace>.<account>), and either TEMPORAL_API_KEY or
-TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY (paths to the client certificate and key, mTLS).
+Where to connect comes from Temporal's own environment configuration (`temporalio.envconfig`), the
+one the `temporal` CLI and every SDK read: the variables TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH,
+TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME, and profiles of a TOML file
+(TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE). An address or namespace given in Settings wins (tests set
+them); without any, the local dev server at 127.0.0.1:7233, namespace `default`.
+
+One data converter for all (pydantic, plus payload encryption when PAYLOAD_ENCRYPTION_KEY is set).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from temporalio.client import Client, Interceptor
+from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
-from temporalio.service import TLSConfig
 
 from infra.codec import data_converter
 from infra.settings import Settings
 
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+DEFAULT_NAMESPACE = "default"
 
-def tls_config(settings: Settings) -> TLSConfig | bool:
-    if settings.temporal_tls_cert and settings.temporal_tls_key:
-        return TLSConfig(client_cert=settings.temporal_tls_cert.read_bytes(),
-                         client_private_key=settings.temporal_tls_key.read_bytes())
-    return settings.temporal_api_key is not None
+
+def connect_options(settings: Settings) -> dict[str, Any]:
+    """Client.connect's options from the environment configuration, with Settings' address and namespace over it.
+
+    Raises ValueError for a configuration that cannot be read (a missing profile, a bad file).
+    """
+    try:
+        options: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
+    except Exception as err:  # the bridge raises RuntimeError/ValueError with the reason
+        raise ValueError(f"Temporal connection configuration: {str(err).splitlines()[0]}") from None
+    options["target_host"] = settings.temporal_address or options.get("target_host") or DEFAULT_ADDRESS
+    options["namespace"] = settings.temporal_namespace or options.get("namespace") or DEFAULT_NAMESPACE
+    return options
+
+
+def address(settings: Settings) -> str:
+    """Where we connect, for messages (never raises)."""
+    try:
+        return connect_options(settings)["target_host"]
+    except ValueError:
+        return settings.temporal_address or DEFAULT_ADDRESS
+
+
+def namespace(settings: Settings) -> str:
+    """The namespace we use, for messages and links (never raises)."""
+    try:
+        return connect_options(settings)["namespace"]
+    except ValueError:
+        return settings.temporal_namespace or DEFAULT_NAMESPACE
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None,
                   interceptors: Sequence[Interceptor] = ()) -> Client:
     key = settings.payload_encryption_key.get_secret_value() if settings.payload_encryption_key else None
-    return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
-        data_converter=data_converter(key),
-        tls=tls_config(settings),
-        api_key=settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None,
-        runtime=runtime,
-        interceptors=interceptors,
-    )
+    converter = data_converter(key)
+    options = connect_options(settings)
+    return await Client.connect(**options, data_converter=converter, runtime=runtime, interceptors=interceptors)

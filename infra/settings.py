@@ -24,11 +24,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", env_ignore_empty=True)
 
-    temporal_address: str = "127.0.0.1:7233"
-    temporal_namespace: str = "default"
-    temporal_api_key: SecretStr | None = None
-    temporal_tls_cert: Path | None = None
-    temporal_tls_key: Path | None = None
+    # Where Temporal is: see infra/connection.py (TEMPORAL_* variables and profiles, read by temporalio.envconfig).
+    temporal_address: str | None = None
+    temporal_namespace: str | None = None
     payload_encryption_key: SecretStr | None = Field(default=None, description="base64 of 32 bytes; see infra/codec.py")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus endpoint on 127.0.0.1; 0 is off")
     otel_tracing: bool = False

@@ -16,7 +16,14 @@ import logging
 import sys
 from typing import Any
 
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    PrometheusConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 
 _FIELDS = ("task_id", "tool", "intent_key", "outcome", "reason", "attempt")
 
@@ -39,16 +46,20 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup_logging(level: str = "INFO") -> None:
+    """Every line the worker writes is JSON: our logs, the SDK's, Python warnings and the Rust core's (see runtime)."""
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.captureWarnings(True)
 
 
 def runtime(metrics_port: int) -> Runtime:
-    """A Temporal runtime exporting metrics to Prometheus on 127.0.0.1, or the default one (port 0)."""
-    if not metrics_port:
-        return Runtime.default()
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{metrics_port}")))
+    """The worker's Temporal runtime: the Rust core's log lines go through Python logging (so they are JSON
+    too, instead of plain text on stderr), and metrics go to Prometheus on 127.0.0.1 unless the port is 0."""
+    logs = LoggingConfig(filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                         forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")))
+    metrics = PrometheusConfig(bind_address=f"127.0.0.1:{metrics_port}") if metrics_port else None
+    return Runtime(telemetry=TelemetryConfig(logging=logs, metrics=metrics))
 
 
 def tracing_interceptors(enabled: bool) -> list:

@@ -34,6 +34,7 @@ from starter import redrive, start_task
 from tests.approvers import APPROVERS, signed
 from tests.helpers import waiting
 from worker import build_worker
+from infra.exit import run_main
 
 HISTORIES = Path(__file__).parent / "histories"
 BAD = HISTORIES / "known-bad"
@@ -223,4 +224,4 @@ def write_known_bad() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(record(set(sys.argv[1:])))
+    run_main(lambda: asyncio.run(record(set(sys.argv[1:]))))

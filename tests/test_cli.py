@@ -89,3 +89,64 @@ def test_a_key_file_that_is_not_a_key(tmp_path: Path):
     junk.write_text("not a key")
     line = one_line(run(["starter.py", "sign", "t", "approve", "--by", "me", "--key-file", str(junk), "--key", "k"]))
     assert f"cannot read an Ed25519 private key from {junk}" in line
+
+
+@pytest.fixture
+async def encrypted_waiting_task(stack: Stack, settings, world):
+    """A task of an encrypted stack, waiting for an approval, with its worker running in this process."""
+    import base64
+    import secrets
+
+    from temporalio.client import Client
+
+    from infra.codec import data_converter
+    from tests.helpers import scenario_task, start, waiting
+    from worker import build_worker
+
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    encrypted = await Client.connect(stack.address, data_converter=data_converter(key))
+    low_ceiling = settings.model_copy(update={"approval_ceiling_cents": 5000})
+    task = scenario_task("SU-88421")
+    async with build_worker(encrypted, low_ceiling):
+        handle = await start(encrypted, low_ceiling, task)
+        await waiting(handle)
+        yield task.task_id, key, low_ceiling
+
+
+@pytest.mark.parametrize("key_case", ["missing", "wrong"])
+async def test_encrypted_tasks_without_the_right_key(key_case: str, encrypted_waiting_task, stack: Stack,
+                                                     tmp_path: Path):
+    """status, list, resolve and batch on encrypted tasks: one line and exit 2, naming the key."""
+    import asyncio
+    import base64
+    import json
+    import secrets
+
+    task_id, _, settings = encrypted_waiting_task
+    wrong = base64.b64encode(secrets.token_bytes(32)).decode() if key_case == "wrong" else ""
+    env = {"TEMPORAL_ADDRESS": stack.address, "STRIPE_API_BASE": stack.stripe_url, "TASK_QUEUE": settings.task_queue,
+           "AGENT_DB_PATH": str(settings.agent_db_path), "PAYLOAD_ENCRYPTION_KEY": wrong}
+    tickets = tmp_path / "t.jsonl"
+    tickets.write_text(json.dumps({"kind": "support", "ticket_id": task_id.removeprefix("ticket-"),
+                                   "text": "again", "facts": {"order_id": "SU-88421"}}) + "\n")
+    for args in (["status", task_id], ["list"], ["resolve", task_id, "approve", "--by", "me@example.com"],
+                 ["start", "support", task_id.removeprefix("ticket-"), "--text", "again", "--order", "SU-88421"],
+                 ["batch", str(tickets)]):
+        line = one_line(await asyncio.to_thread(run, ["starter.py", *args], **env))
+        assert "PAYLOAD_ENCRYPTION_KEY" in line, (args, line)
+
+
+def test_connection_from_a_temporal_profile(stack: Stack, tmp_path: Path):
+    """Temporal's own configuration file and profiles (temporalio.envconfig), no TEMPORAL_ADDRESS."""
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.ours]\naddress = "{stack.address}"\nnamespace = "default"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    env.update(TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="ours", STRIPE_API_BASE=stack.stripe_url)
+    done = subprocess.run([sys.executable, "starter.py", "list", "--status", "dead_lettered"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    env["TEMPORAL_PROFILE"] = "nobody"
+    for script in (["starter.py", "list"], ["worker.py"]):
+        done = subprocess.run([sys.executable, *script], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert "Profile 'nobody' not found" in one_line(done), done.stderr

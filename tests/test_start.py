@@ -1,0 +1,234 @@
+"""Running one's own tickets (`starter.py start`, `batch FILE`), the product commands without the
+dev package, scenarios with a fault as fresh tasks, and a fault that never outlives its scenario.
+
+Judged on the world: provider refunds, Temporal's executions, the edge's configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities.db import Database
+from activities.payments import StripeGateway
+from activities.world import World
+from core.models import Checkpoint
+from devstack.edge_control import EdgeControl
+from devstack.polling import poll_until
+from devstack.stack import STRIPE_API_KEY
+from infra.settings import Settings
+from starter import Ticket, start_ticket
+from tests.conftest import running_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def starter(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "starter.py", *args], cwd=ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def own_ticket(kind: str = "support", cents: int = 8900) -> dict:
+    n = uuid.uuid4().hex[:8]
+    return {"kind": kind, "ticket_id": f"T-{n}", "text": "The table arrived with a split leg; please refund it.",
+            "facts": {"order_id": f"W-{n}"},
+            "order": {"order_id": f"W-{n}", "customer_name": "Priya Raman",
+                      "customer_email": "priya.raman@example.com", "seller": "Northwood Studio",
+                      "seller_email": "hello@northwood.example",
+                      "items": [{"item_id": "table", "description": "Walnut side table", "amount_cents": cents}]}}
+
+
+def world_of(settings: Settings) -> World:
+    return World(Database(settings.agent_db_path), StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, 10.0))
+
+
+async def test_own_ticket_from_a_file_twice_runs_once_with_one_refund(client: Client, settings: Settings,
+                                                                      worker_env: dict[str, str], tmp_path: Path):
+    ticket = own_ticket()
+    path = tmp_path / "ticket.json"
+    path.write_text(json.dumps(ticket))
+    async with running_worker(client, settings):
+        first = await asyncio.to_thread(starter, ["start", "--file", str(path), "--json"], worker_env)
+        second = await asyncio.to_thread(starter, ["start", "--file", str(path), "--json"], worker_env)
+    for done in (first, second):
+        assert done.returncode == 0, done.stderr
+    task_id = f"ticket-{ticket['ticket_id']}"
+    runs = [e async for e in client.list_workflows(f'WorkflowId="{task_id}"')]
+    assert len(runs) == 1, runs
+    refunds = world_of(settings).refunds(ticket["order"]["order_id"])
+    assert [r["amount_cents"] for r in refunds] == [8900]
+    description = await client.get_workflow_handle(task_id).describe()
+    summary = await description.static_summary()
+    assert summary == f"support · {task_id} · order {ticket['order']['order_id']} · $89.00", summary
+
+
+async def test_batch_of_a_jsonl_file(client: Client, settings: Settings, worker_env: dict[str, str],
+                                     tmp_path: Path):
+    tickets = [own_ticket("refund", 1000 + n) for n in range(3)]
+    path = tmp_path / "tickets.jsonl"
+    path.write_text("\n".join(json.dumps(t) for t in tickets) + "\n")
+    async with running_worker(client, settings):
+        done = await asyncio.to_thread(starter, ["batch", str(path)], worker_env)
+    assert done.returncode == 0, done.stderr
+    world = world_of(settings)
+    assert [[r["amount_cents"] for r in world.refunds(t["order"]["order_id"])] for t in tickets] == \
+        [[1000], [1001], [1002]]
+
+
+async def test_start_ticket_function_attaches_to_the_same_ticket(client: Client, settings: Settings):
+    ticket = Ticket.model_validate(own_ticket("refund", 2500))
+    from starter import prepare_orders
+    prepare_orders(settings, [ticket])
+    async with running_worker(client, settings):
+        first = await start_ticket(client, settings, ticket)
+        second = await start_ticket(client, settings, ticket)
+        result = await second.result()
+    assert first.id == second.id == f"ticket-{ticket.ticket_id}"
+    assert result.state == "completed"
+    assert len(world_of(settings).refunds(ticket.order.order_id)) == 1
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["start", "support", "T-1"], "needs a kind, a ticket id and --text"),
+    (["start", "payables", "T-1", "--text", "pay it"], "needs the fact(s) invoice_id"),
+    (["start", "support", "bad id!", "--text", "x", "--order", "O-1"], "ticket_id"),
+    (["batch", "no-such-file.jsonl"], "cannot read no-such-file.jsonl"),
+])
+def test_bad_tickets_get_one_line_and_exit_2(args: list[str], expected: str, worker_env: dict[str, str]):
+    done = starter(args, worker_env)
+    assert done.returncode == 2 and expected in done.stderr, (done.returncode, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_product_commands_run_without_the_dev_package(client: Client, settings: Settings,
+                                                            worker_env: dict[str, str]):
+    """`devstack` made unimportable: start (no `order`), status and list work; a demo command says why not."""
+    blocked = ("import runpy, sys; sys.modules['devstack'] = None; sys.argv = ['starter.py', *sys.argv[1:]]; "
+               "runpy.run_path('starter.py', run_name='__main__')")
+
+    def run_blocked(args: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", blocked, *args], cwd=ROOT, env={**os.environ, **worker_env},
+                              capture_output=True, text=True, timeout=120)
+
+    ticket = Ticket.model_validate(own_ticket("refund", 3100))
+    from starter import prepare_orders
+    prepare_orders(settings, [ticket])  # the order exists in "your" system already
+    async with running_worker(client, settings):
+        started = await asyncio.to_thread(run_blocked, ["start", "refund", ticket.ticket_id, "--text", ticket.text,
+                                                        "--order", ticket.order.order_id])
+        status = await asyncio.to_thread(run_blocked, ["status", f"ticket-{ticket.ticket_id}"])
+        listed = await asyncio.to_thread(run_blocked, ["list"])
+    assert started.returncode == 0, started.stderr
+    assert status.returncode == 0 and Checkpoint.model_validate_json(status.stdout).state == "completed"
+    assert listed.returncode == 0 and listed.stdout.strip(), listed
+    demo = await asyncio.to_thread(run_blocked, ["scenario", "SU-88421"])
+    assert demo.returncode == 2 and "needs the local stack (the dev extra" in demo.stderr, demo.stderr
+
+
+async def test_list_shows_a_waiting_task_whose_worker_is_down(client: Client, settings: Settings, world: World,
+                                                               worker_env: dict[str, str]):
+    from tests.helpers import scenario_task, start, waiting
+
+    low = settings.model_copy(update={"approval_ceiling_cents": 5000})
+    task = scenario_task("SU-88421")
+    async with running_worker(client, low):
+        await waiting(await start(client, low, task))
+        listed = await asyncio.to_thread(starter, ["list"], worker_env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(task.task_id) and "approval_required on issue_refund" in listed.stdout, listed
+    down = await asyncio.to_thread(starter, ["list"], worker_env)  # no worker for its queue now
+    assert down.returncode == 0, down.stderr
+    assert down.stdout.startswith(task.task_id) and "did not answer" in down.stdout, down.stdout
+    await client.get_workflow_handle(task.task_id).terminate("test over")
+
+
+async def test_redrive_can_change_the_escalation_deadline(client: Client, settings: Settings, world: World):
+    from core.models import TaskInput
+    from starter import redrive
+    from tests.helpers import scenario_task, start, waiting
+
+    low = settings.model_copy(update={"approval_ceiling_cents": 5000})
+    task = scenario_task("SU-88421")
+    async with running_worker(client, low):
+        handle = await start(client, low, task)
+        await waiting(handle)
+        await handle.terminate("the operator wants a shorter deadline")
+        new, redriven, was = await redrive(client, low, task.task_id, escalation_timeout_seconds=7)
+        cp = await waiting(new)
+        await new.terminate("done looking")
+    history = await new.fetch_history()
+    [started] = await client.data_converter.decode(
+        history.events[0].workflow_execution_started_event_attributes.input.payloads, [TaskInput])
+    assert was == "terminated" and started.escalation_timeout_seconds == 7 == redriven.escalation_timeout_seconds
+    since, deadline = (datetime.fromisoformat(t.replace("Z", "+00:00"))
+                       for t in (cp.waiting_for.since, cp.waiting_for.deadline))
+    assert (deadline - since).total_seconds() == 7
+    assert len(world.refunds("SU-88421")) == 0
+
+
+async def test_scenario_with_a_fault_is_a_fresh_task_and_leaves_the_edge_as_found(
+        client: Client, settings: Settings, world: World, worker_env: dict[str, str], edge: EdgeControl):
+    before = edge.current()
+    async with running_worker(client, settings):
+        runs = []
+        for _ in range(2):
+            done = await asyncio.to_thread(starter, ["scenario", "SU-88421", "--fault", "timeout-after-accept",
+                                                     "--task-id", f"fault-{uuid.uuid4().hex[:8]}", "--json"],
+                                           worker_env)
+            assert done.returncode == 0, done.stderr
+            runs.append(json.loads(done.stdout))
+            assert edge.current() == before
+    assert runs[0]["task_id"] != runs[1]["task_id"]
+    for summary in runs:
+        assert summary["state"] == "completed"
+        assert len(summary["world"]["refunds"]) == 1, summary["world"]
+        trail = summary["checkpoint"]["steps"]["issue_refund"]["trail"]
+        assert "verified by provider lookup" in trail[0], trail  # the fault was injected into this run
+
+
+async def test_an_interrupted_scenario_still_restores_the_edge(client: Client, settings: Settings, world: World,
+                                                               worker_env: dict[str, str], edge: EdgeControl):
+    """`unverifiable` leaves the task waiting for a person; Ctrl-C on the starter puts the edge back."""
+    before = edge.current()
+    task_id = f"interrupted-{uuid.uuid4().hex[:8]}"
+    async with running_worker(client, settings):
+        proc = subprocess.Popen([sys.executable, "starter.py", "scenario", "SU-88421", "--fault", "unverifiable",
+                                 "--task-id", task_id], cwd=ROOT,
+                                env={**os.environ, **worker_env},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            async def waits():
+                try:
+                    cp = await client.get_workflow_handle(task_id).query("checkpoint", result_type=Checkpoint)
+                except Exception:
+                    return None
+                return cp if cp.waiting_for is not None else None
+            await poll_until(waits, f"{task_id} to wait for a person", 90.0)
+            assert edge.current() != before, "the fault is on while the scenario runs"
+            lines: list[str] = []
+            reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+            reader.start()
+            hint = "Ctrl-C stops watching; the task keeps waiting."
+            async def hinted():
+                return any(hint in line for line in lines)
+            await poll_until(hinted, "the starter's Ctrl-C hint", 30.0)
+            proc.send_signal(signal.SIGINT)
+            err = await asyncio.to_thread(proc.stderr.read)
+            await asyncio.to_thread(proc.wait, 30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "stopped watching; started tasks go on in Temporal" in err
+    assert edge.current() == before
