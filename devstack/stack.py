@@ -28,6 +28,7 @@ from devstack.processes import (
 
 DEFAULT_DATA_DIR = PROJECT_ROOT / ".local"
 STRIPE_API_KEY = "sk_test_local"
+DEMO_APPROVER = "demo@example.com"
 TASK_QUEUE = "agent-tasks"
 
 
@@ -104,9 +105,28 @@ class Stack:
         }
         if self.ui_url:
             env["TEMPORAL_UI_URL"] = self.ui_url
+        if not os.environ.get("APPROVERS"):  # the stack's own approver, to sign decisions with
+            env["APPROVERS"] = f"{DEMO_APPROVER}={self.demo_approver_key()}"
+            env["APPROVER"], env["APPROVER_KEY_FILE"] = DEMO_APPROVER, str(self.demo_approver_file)
         if os.environ.get("PAYLOAD_ENCRYPTION_KEY"):
             env["PAYLOAD_ENCRYPTION_KEY"] = os.environ["PAYLOAD_ENCRYPTION_KEY"]
         return env
+
+    @property
+    def demo_approver_file(self) -> Path:
+        return self.data_dir / "demo-approver.pem"
+
+    def demo_approver_key(self) -> str:
+        """The local stack's one approver (unless APPROVERS is set): its private key stays in the data
+        folder, and `make up` exports APPROVER and APPROVER_KEY_FILE for `starter.py resolve`."""
+        from activities.authority import load_key_file, new_key_file, public_key_text
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            key = new_key_file(self.demo_approver_file)
+        except FileExistsError:
+            key = load_key_file(self.demo_approver_file)
+        return public_key_text(key)
 
     def check_ports(self) -> None:
         wanted = {"Temporal": self.temporal_port, "localstripe": self.stripe_port}
