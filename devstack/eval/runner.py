@@ -1,0 +1,239 @@
+"""Runs the matrix on a real local stack and reads each run's world back from the records.
+
+One stack (Temporal dev server, localstripe behind the Stripe edge) serves the whole matrix.
+Runs go one at a time, because the edge's fault rules count requests across the whole stack.
+Each run gets its own order (or invoice), seeded and paid at the provider, and its own task id;
+each column has its own task queue served by an in-process worker built with
+`worker.build_worker`. A run whose condition kills the worker gets a queue of its own: a worker
+process for the column serves it until it SIGKILLs itself, then an in-process one finishes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from datetime import timedelta
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from temporalio.client import Client, WorkflowHandle, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from activities.db import Database
+from activities.payments import KEY_FIELD, StripeGateway
+from activities.records import Records
+from activities.world import World
+from core.models import Checkpoint, TaskResult
+from devstack.chaos import task_state
+from devstack.edge_control import EdgeControl
+from devstack.eval.columns import MONEY_TOOLS, Column
+from devstack.eval.conditions import Condition
+from devstack.eval.grade import SETTLED, Grade, Observed, grade
+from devstack.eval.tickets import Ticket
+from devstack.polling import poll_until
+from devstack.processes import WorkerProcess
+from devstack.seed import seed_order
+from devstack.stack import STRIPE_API_KEY, Stack
+from infra import connection
+from infra.settings import Settings
+from starter import start_task
+from worker import build_worker
+
+__all__ = ["Run", "Runner"]
+
+CLIENT_TIMEOUT = 1.0  # seconds: a timeout after accept costs two
+_RPC = timedelta(seconds=10)
+
+
+@dataclass
+class Run:
+    ticket: str
+    condition: str
+    column: str
+    baseline: bool
+    task_id: str
+    resource_id: str
+    grade: Grade
+    observed: Observed
+    faults: dict[str, int] = field(default_factory=dict)
+    ui_url: str | None = None
+    crashed: bool | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.grade.passed
+
+
+class _ColumnWorker(WorkerProcess):
+    """`python -m devstack.eval._worker SPEC`: a worker process built like the column's in-process one."""
+
+    def __init__(self, env: dict[str, str], log_file: Path, spec: str) -> None:
+        super().__init__(env, log_file)
+        self.spec = spec
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "devstack.eval._worker", self.spec]
+
+
+class Runner:
+    def __init__(self, stack: Stack, data_dir: Path, settle_timeout: float = 90.0,
+                 worker_env: dict[str, str] | None = None) -> None:
+        self.stack = stack
+        self.data_dir = data_dir
+        self.settle_timeout = settle_timeout
+        self.worker_env = worker_env or {}
+        self.edge = EdgeControl(stack.stripe_url)
+        self.db = Database(stack.agent_db)
+        self.db.create()
+        self.gateway = StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)
+        self.records = Records(self.db)
+        self.world = World(self.db, self.gateway)
+        self._count = 0
+
+    def settings(self, task_queue: str) -> Settings:
+        return Settings(temporal_address=self.stack.address, task_queue=task_queue,
+                        stripe_api_base=self.stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
+                        agent_db_path=self.stack.agent_db, database_url=None, payload_encryption_key=None,
+                        stripe_timeout_seconds=CLIENT_TIMEOUT, reconcile_every_minutes=0,
+                        temporal_ui_url=self.stack.ui_url or "")
+
+    async def run(self, tickets: list[Ticket], conditions: list[Condition], columns: list[Column],
+                  done: Callable[[Run], None] = lambda run: None) -> list[Run]:
+        """Every ticket under every condition in every column; `done` hears of each run as it ends."""
+        client = await connection.connect(self.settings("eval"))
+        runs: list[Run] = []
+        async with contextlib.AsyncExitStack() as workers:
+            for column in columns:
+                settings = self.settings(f"eval-{column.name}")
+                await workers.enter_async_context(
+                    build_worker(client, settings, backend=column.backend(settings), replace=column.replace(settings)))
+            for ticket in tickets:
+                for condition in conditions:
+                    for column in columns:
+                        run = await self.one(client, ticket, condition, column)
+                        runs.append(run)
+                        done(run)
+        return runs
+
+    async def one(self, client: Client, ticket: Ticket, condition: Condition, column: Column) -> Run:
+        self._count += 1
+        fresh, resource = ticket.for_run(self._count)
+        await asyncio.to_thread(self._seed, fresh)
+        task = fresh.task(f"eval-{ticket.id}-{condition.name}-{column.name}-{self._count}")
+        money_path = "/v1/refunds" if fresh.order is not None else "/v1/payment_intents"
+        money_tool = MONEY_TOOLS[0] if fresh.order is not None else MONEY_TOOLS[1]
+        crash_at = condition.crash_point(money_tool)
+        queue = f"eval-{column.name}" if crash_at is None else f"eval-{column.name}-{self._count}"
+        settings = self.settings(queue)
+        self.edge.configure(condition.mode, condition.rules(money_path, CLIENT_TIMEOUT))
+
+        started = time.monotonic()
+        crashed = None
+        if crash_at is None:
+            handle = await start_task(client, settings, task)
+            state, cp = await self._settle(handle)
+        else:
+            crashed, state, cp = await self._crash_then_finish(client, settings, task, column, crash_at)
+        seconds = time.monotonic() - started
+
+        faults = {k.removeprefix("fault:"): v for k, v in self.edge.stats().items() if k.startswith("fault:")}
+        self.edge.configure(condition.mode)  # lift the faults, so the eval itself can read the provider
+        observed = await self._observe(cp, fresh, task.task_id, state, seconds)
+        return Run(ticket=ticket.id, condition=condition.name, column=column.name, baseline=column.baseline,
+                   task_id=task.task_id, resource_id=resource,
+                   grade=grade(fresh, observed, condition.may_escalate), observed=observed, faults=faults,
+                   ui_url=self._ui(task.task_id), crashed=crashed)
+
+    def _seed(self, ticket: Ticket) -> None:
+        if ticket.order is not None:
+            seed_order(self.records, self.gateway, ticket.order)
+        else:
+            invoice = ticket.invoice
+            self.records.put_invoice(invoice, self.gateway.create_customer(invoice.payee, invoice.payee_email))
+
+    async def _settle(self, handle: WorkflowHandle) -> tuple[str, Checkpoint | None]:
+        """The task's state once it is settled (`lost (<state>)` at the deadline), and its checkpoint."""
+        last: list[str | None] = [None]
+
+        async def settled() -> bool:
+            state, _ = await task_state(handle)
+            last[0] = state
+            return state is not None and (state in SETTLED or state.startswith("failed"))
+        try:
+            await poll_until(settled, f"{handle.id} to settle", self.settle_timeout, 0.1)
+        except TimeoutError:
+            return f"lost ({last[0] or 'running'})", await _checkpoint(handle)
+        return last[0], await _checkpoint(handle)  # type: ignore[return-value]
+
+    async def _crash_then_finish(self, client: Client, settings: Settings, task, column: Column,
+                                 crash_at: str) -> tuple[bool, str, Checkpoint | None]:
+        logs = self.data_dir / "workers"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = {**self.stack.env(), **self.worker_env, "TASK_QUEUE": settings.task_queue,
+               "STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "RECONCILE_EVERY_MINUTES": "0",
+               "DATABASE_URL": "", "PAYLOAD_ENCRYPTION_KEY": "", "MODEL_BACKEND": "scripted",
+               "CRASH_AT": crash_at, "CRASH_MARKER": str(logs / f"{task.task_id}.crashed")}
+        doomed = _ColumnWorker(env, logs / f"{task.task_id}.log", column.spec)
+        await asyncio.to_thread(doomed.start)
+        try:
+            await asyncio.to_thread(doomed.wait_ready, 60)
+            handle = await start_task(client, settings, task)
+
+            async def died_or_settled() -> bool:
+                return doomed.returncode is not None or (await task_state(handle))[0] is not None
+            with contextlib.suppress(TimeoutError):
+                await poll_until(died_or_settled, f"the worker of {task.task_id} to die", self.settle_timeout, 0.1)
+            crashed = doomed.returncode is not None
+        finally:
+            await asyncio.to_thread(doomed.stop)
+        async with build_worker(client, settings, backend=column.backend(settings), replace=column.replace(settings)):
+            state, cp = await self._settle(handle)
+        return crashed, state, cp
+
+    async def _observe(self, cp: Checkpoint | None, ticket: Ticket, task_id: str, state: str,
+                       seconds: float) -> Observed:
+        refunds: list[dict[str, Any]] = []
+        payments: list[dict[str, Any]] = []
+        if ticket.order is not None:
+            refunds = await asyncio.to_thread(self._refunds, ticket.order.order_id)
+        else:
+            payments = await asyncio.to_thread(self.world.payments, ticket.invoice.invoice_id)
+        effects = await asyncio.to_thread(self.world.effects, task_id)
+        messages = await asyncio.to_thread(self.world.messages, task_id)
+        return Observed(
+            state=state, refunds=refunds, payments=payments,
+            ledger=[e for e in effects if e["tool"] in MONEY_TOOLS], messages=messages,
+            final_answer=cp.final_answer if cp else None, turns=cp.turns if cp else 0,
+            tool_calls=sum(cp.calls.values()) if cp else 0, seconds=seconds)
+
+    def _refunds(self, order_id: str) -> list[dict[str, Any]]:
+        """The order's refunds at the provider, with the item each names (the naive tool names none)."""
+        record = self.records.order(order_id)
+        out = []
+        for r in self.gateway.refunds(record.payment_intent_id):
+            metadata = r.metadata.to_dict()
+            out.append({"id": r.id, "amount_cents": r.amount, "status": r.status,
+                        "item_id": metadata.get("item_id"), "intent_key": metadata.get(KEY_FIELD)})
+        return out
+
+    def _ui(self, task_id: str) -> str | None:
+        if not self.stack.ui_url:
+            return None
+        return f"{self.stack.ui_url}/namespaces/{self.stack.namespace}/workflows/{task_id}"
+
+
+async def _checkpoint(handle: WorkflowHandle) -> Checkpoint | None:
+    """The task's checkpoint: from its result when it closed, else from the query."""
+    try:
+        described = await handle.describe(rpc_timeout=_RPC)
+        if described.status == WorkflowExecutionStatus.COMPLETED:
+            result: TaskResult = await handle.result(rpc_timeout=_RPC)
+            return result.checkpoint
+        if described.status == WorkflowExecutionStatus.RUNNING:
+            return await handle.query("checkpoint", result_type=Checkpoint, rpc_timeout=_RPC)
+    except RPCError:
+        pass
+    return None
