@@ -25,7 +25,9 @@ _AMOUNT = re.compile(
     rf"|(?<![\w.-])(?P<b>{_NUMBER})\.(?P<bc>\d{{2}})\b"
     rf"|(?<![\w.-])(?P<c>{_NUMBER})\s?(?:usd|eur|gbp|dollars)\b",
     re.IGNORECASE)
-_MONEY_WORD = re.compile(r"\b(refund\w*|paid|pay(?:ment|ing)?s?|credit\w*|reimburs\w*|remit\w*)\b", re.IGNORECASE)
+# No \b before the word: tool names such as `issue_refund` speak of money too.
+_MONEY_WORD = re.compile(r"(?<![a-z])(refund\w*|paid|pay(?:ment|ing)?s?|credit\w*|reimburs\w*|remit\w*)\b",
+                         re.IGNORECASE)
 _DENIAL = re.compile(r"\b(no refund|not (?:been )?(?:refunded|paid)|nothing was (?:done|refunded|paid)"
                      r"|did ?n[o']t (?:refund|pay)|have ?n[o']t (?:refunded|paid))\b", re.IGNORECASE)
 _REF = re.compile(r"\b(?:re|pi|ch|py)_[A-Za-z0-9]{4,}\b")

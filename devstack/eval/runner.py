@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import sys
 import time
+import uuid
 from datetime import timedelta
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,8 @@ class Runner:
         self.records = Records(self.db)
         self.world = World(self.db, self.gateway)
         self._count = 0
+        # Runs of two evals on one stack (the test session's) must not share an order or a task id.
+        self._token = uuid.uuid4().hex[:4]
 
     def settings(self, task_queue: str) -> Settings:
         return Settings(temporal_address=self.stack.address, task_queue=task_queue,
@@ -107,7 +110,7 @@ class Runner:
         runs: list[Run] = []
         async with contextlib.AsyncExitStack() as workers:
             for column in columns:
-                settings = self.settings(f"eval-{column.name}")
+                settings = self.settings(f"eval-{column.name}-{self._token}")
                 await workers.enter_async_context(
                     build_worker(client, settings, backend=column.backend(settings), replace=column.replace(settings)))
             for ticket in tickets:
@@ -120,13 +123,15 @@ class Runner:
 
     async def one(self, client: Client, ticket: Ticket, condition: Condition, column: Column) -> Run:
         self._count += 1
-        fresh, resource = ticket.for_run(self._count)
+        fresh, resource = ticket.for_run(f"{self._token}{self._count}")
         await asyncio.to_thread(self._seed, fresh)
-        task = fresh.task(f"eval-{ticket.id}-{condition.name}-{column.name}-{self._count}")
+        task = fresh.task(f"eval-{ticket.id}-{condition.name}-{column.name}-{self._token}{self._count}")
         money_path = "/v1/refunds" if fresh.order is not None else "/v1/payment_intents"
         money_tool = MONEY_TOOLS[0] if fresh.order is not None else MONEY_TOOLS[1]
         crash_at = condition.crash_point(money_tool)
-        queue = f"eval-{column.name}" if crash_at is None else f"eval-{column.name}-{self._count}"
+        queue = f"eval-{column.name}-{self._token}"
+        if crash_at is not None:
+            queue += f"-{self._count}"
         settings = self.settings(queue)
         self.edge.configure(condition.mode, condition.rules(money_path, CLIENT_TIMEOUT))
 

@@ -73,8 +73,9 @@ class Ticket(BaseModel):
     def resource_id(self) -> str:
         return self.order.order_id if self.order else self.invoice.invoice_id  # type: ignore[union-attr]
 
-    def for_run(self, run: int) -> tuple["Ticket", str]:
-        """This ticket on a fresh order (or invoice) id for run number `run`; returns it and the new id."""
+    def for_run(self, run: str) -> tuple["Ticket", str]:
+        """This ticket on a fresh order (or invoice) id for the run named `run` (letters and digits);
+        returns it and the new id."""
         old = self.resource_id
         new = f"{old}{'r' if re.search(r'-[A-Za-z][A-Za-z0-9]*$', old) else '-r'}{run}"
         update: dict = {"brief": re.sub(rf"\b{re.escape(old)}\b", new, self.brief),
