@@ -21,6 +21,7 @@ from devstack.eval.runner import Runner
 from devstack.eval.tickets import BUILT_IN, TicketFileError, load_tickets
 from devstack.stack import Stack
 from infra.settings import PROJECT_ROOT
+from tests.stubs.playing import PlayingAnthropicStub, PlayingOpenAIStub
 
 SU = next(t for t in BUILT_IN if t.id == "SU-88421")
 INV = next(t for t in BUILT_IN if t.id == "INV-9")
@@ -205,3 +206,23 @@ async def test_a_teams_ticket_file_is_graded_on_its_expected_effects(stack: Stac
     assert not wrong.passed and wrong.grade.failures == ["effects"]
     shade = wrong.observed.refunds[0]["id"]
     assert wrong.grade.checks["effects"].detail == f"lamp not refunded; unexpected refund of shade: [('{shade}', 900)]"
+
+
+async def test_real_backends_are_columns_through_their_sdks(stack: Stack, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """The OpenAI and Anthropic backends, through their SDKs, against stubs that play the agent.
+    The killed run's worker process reads the same environment."""
+    async with PlayingOpenAIStub("sk-openai-eval") as openai, PlayingAnthropicStub("sk-ant-eval") as anthropic:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-eval")
+        monkeypatch.setenv("OPENAI_BASE_URL", openai.base_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-eval")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic.base_url)
+        columns = [parse_column("openai:stub-chat-model"), parse_column("anthropic:stub-messages-model")]
+        runs = await Runner(stack, tmp_path).run([SU], by_names(["none", "timeout-after-accept", "worker-killed"]),
+                                                 columns)
+    assert [(r.column, r.condition, r.passed) for r in runs] == [
+        (column, condition, True) for condition in ("none", "timeout-after-accept", "worker-killed")
+        for column in ("openai-stub-chat-model", "anthropic-stub-messages-model")]
+    assert all(r.observed.turns == 7 for r in runs if r.condition == "none")
+    assert len(openai.requests) >= 3 * 7 and len(anthropic.requests) >= 3 * 7
+    assert all(req.status == 200 for req in [*openai.requests, *anthropic.requests])

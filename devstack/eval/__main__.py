@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import shutil
 import sys
@@ -93,6 +94,8 @@ async def evaluate(args: argparse.Namespace, console: Console) -> int:
     stack = Stack.for_tests(data_dir, headless=args.headless)
     total = len(tickets) * len(conditions) * len(columns)
     started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    _log_to(args.out / "workers.log")
     try:
         await asyncio.to_thread(stack.start)
         console.print(f"stack up: Temporal {stack.address}, Web UI {stack.ui_url or 'off'}, data {data_dir}")
@@ -110,7 +113,6 @@ async def evaluate(args: argparse.Namespace, console: Console) -> int:
         meta = {"tickets": [t.id for t in tickets], "conditions": [c.name for c in conditions],
                 "columns": [c.spec for c in columns], "baseline": [c.spec for c in columns if c.baseline],
                 "seconds": round(time.monotonic() - started, 1), "platform": sys.platform, "cpus": os.cpu_count()}
-        args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.json").write_text(json_report(runs, code, meta))
         (args.out / "report.html").write_text(html_report(runs, code, meta))
         console.print(terminal_table(runs))
@@ -126,7 +128,7 @@ async def evaluate(args: argparse.Namespace, console: Console) -> int:
         if args.markdown:
             print(markdown(runs))
         console.print(f"{total} runs in {time.monotonic() - started:.0f} s; reports in {args.out}/report.json "
-                      f"and report.html")
+                      f"and report.html; worker logs in {args.out}/workers.log")
         if args.hold:
             console.print(f"Web UI {stack.ui_url}; Enter or Ctrl-C stops the stack")
             await asyncio.to_thread(sys.stdin.readline)
@@ -134,6 +136,18 @@ async def evaluate(args: argparse.Namespace, console: Console) -> int:
     finally:
         await asyncio.to_thread(stack.stop)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _log_to(path: Path) -> None:
+    """The in-process workers' logs (activity failures the faults provoke, alerts) go to a file,
+    so that the terminal shows the progress bar and the table."""
+    handler = logging.FileHandler(path, mode="w")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
