@@ -146,9 +146,9 @@ async def test_built_in_scenarios_under_every_condition_pass_on_the_scripted_mod
               for r in runs if not r.passed]
     assert failed == []
     assert exit_code(runs) == 0
-    killed = [r for r in runs if r.condition == "worker-killed"]
-    assert [r.crashed for r in killed] == [True] * len(BUILT_IN), "the kill condition must actually kill"
-    assert all(r.faults for r in runs if r.condition not in ("none", "worker-killed")), "every fault must fire"
+    struck = [r.worker_fault for r in runs if r.condition in ("worker-killed", "worker-paused")]
+    assert struck == [True] * 2 * len(BUILT_IN), "the kill and the pause must actually strike"
+    assert all(r.faults for r in runs if not r.condition.startswith(("none", "worker-"))), "every fault must fire"
     completed = [r for r in runs if r.observed.state == "completed"]
     assert all(len(r.observed.refunds) + len(r.observed.payments) == 1 for r in completed)
     assert all(r.observed.turns > 0 and r.observed.tool_calls > 0 for r in runs)

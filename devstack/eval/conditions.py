@@ -2,8 +2,8 @@
 
 Each condition sets the Stripe edge (mode and fault rules, on the ticket's first money request,
 as `devstack/edge_control.py` presets do) and may name a point where the worker serving the
-run is SIGKILLed (`CRASH_AT`, as the chaos run and the crash tests do); a fresh worker then
-finishes the task.
+run is SIGKILLed (`CRASH_AT`, as the chaos run and the crash tests do) or SIGSTOPped
+(`PAUSE_AT`); another worker then finishes the task, and a paused one is woken afterwards.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class Condition:
     fault: str | None = None
     slow_post: bool = False
     crash_at_end: bool = False
+    pause_before_send: bool = False
     may_escalate: bool = False
 
     def rules(self, money_path: str, client_timeout: float) -> list[dict[str, Any]]:
@@ -32,9 +33,19 @@ class Condition:
                      "delay_seconds": client_timeout + 1.0}]
         return preset(self.fault, money_path, client_timeout) if self.fault else []
 
-    def crash_point(self, money_tool: str) -> str | None:
-        """The eviction of incident 3: the money activity returned, Temporal never heard of it."""
-        return f"{money_tool}:end" if self.crash_at_end else None
+    def worker_fault(self, money_tool: str, naive_tool: bool) -> tuple[str, str] | None:
+        """(`CRASH_AT` or `PAUSE_AT`, the point) for the worker process that serves the run first, if any.
+
+        A kill comes where incident 3 struck: the money activity returned, Temporal never heard of it.
+        A pause comes just before the provider call (after our tool claimed the intent; the naive
+        tool claims nothing, so its activity's start is the same moment); the process is woken once
+        another worker has finished the task.
+        """
+        if self.crash_at_end:
+            return "CRASH_AT", f"{money_tool}:end"
+        if self.pause_before_send:
+            return "PAUSE_AT", f"{money_tool}:start" if naive_tool else f"{money_tool}:before_provider"
+        return None
 
 
 _ABOUT = {
@@ -56,6 +67,8 @@ CONDITIONS: list[Condition] = [
               fault="timeout-after-accept"),
     Condition("worker-killed", "worker SIGKILLed after the money call returned, before Temporal recorded it",
               crash_at_end=True),
+    Condition("worker-paused", "worker SIGSTOPped just before the money call, woken after another finished",
+              pause_before_send=True, may_escalate=True),
 ]
 
 

@@ -44,6 +44,7 @@ class Observed:
     ledger: list[dict[str, Any]] = field(default_factory=list)     # money rows: intent_key, status, provider_ref
     messages: list[dict[str, Any]] = field(default_factory=list)   # recipient, kind, body
     final_answer: str | None = None
+    trail: dict[str, list[str]] = field(default_factory=dict)     # per keyed step, one line per ask
     turns: int = 0
     tool_calls: int = 0
     seconds: float = 0.0

@@ -119,9 +119,9 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "world": {"state": o.state, "refunds": o.refunds, "payments": o.payments, "ledger": [
             {k: row.get(k) for k in ("intent_key", "tool", "status", "provider_ref")} for row in o.ledger],
             "messages": [{k: m.get(k) for k in ("recipient", "kind", "body")} for m in o.messages],
-            "final_answer": o.final_answer},
+            "final_answer": o.final_answer, "trail": o.trail},
         "cost": {"model_turns": o.turns, "tool_calls": o.tool_calls, "seconds": round(o.seconds, 3)},
-        "faults_injected": run.faults, "worker_killed": run.crashed, "web_ui": run.ui_url,
+        "faults_injected": run.faults, "worker_fault_struck": run.worker_fault, "web_ui": run.ui_url,
     }
 
 
@@ -134,6 +134,26 @@ _CSS = """body{font:14px system-ui,sans-serif;margin:1.5em}table{border-collapse
 td,th{border:1px solid #ccc;padding:4px 6px;vertical-align:top;text-align:left}th{background:#f3f3f3}
 .ok{background:#e7f6e7}.esc{background:#eef3fb}.fail{background:#fbe3e3}.base{background:#fdf5dc}
 .detail{font-size:12px;color:#444;max-width:40em}code{font-size:12px}"""
+
+
+def _matrix_html(runs: list[Run]) -> str:
+    e = html.escape
+    columns, rows, by = _rows(runs)
+    head = "".join(f"<th>{e(c)}{' (baseline)' if next(r.baseline for r in runs if r.column == c) else ''}</th>"
+                   for c in columns)
+    body = []
+    for ticket, condition in rows:
+        cells = []
+        for column in columns:
+            run = by.get((ticket, condition, column))
+            if run is None:
+                cells.append("<td></td>")
+                continue
+            klass = ("ok" if run.observed.state == "completed" else "esc") if run.passed else \
+                ("base" if run.baseline else "fail")
+            cells.append(f'<td class="{klass}"><a href="#{e(run.task_id)}">{e(cell(run))}</a></td>')
+        body.append(f"<tr><td>{e(ticket)}</td><td>{e(condition)}</td>{''.join(cells)}</tr>")
+    return f"<table><tr><th>ticket</th><th>condition</th>{head}</tr>{''.join(body)}</table>"
 
 
 def html_report(runs: list[Run], exit_code: int, meta: dict[str, Any]) -> str:
@@ -151,7 +171,7 @@ def html_report(runs: list[Run], exit_code: int, meta: dict[str, Any]) -> str:
         cells = [run.ticket, run.condition, run.column + (" (baseline)" if run.baseline else ""), verdict(run),
                  c["state"].cell, c["effects"].cell, c["ledger"].cell, c["messages"].cell, c["truth"].cell,
                  str(run.observed.turns), str(run.observed.tool_calls), f"{run.observed.seconds:.1f}"]
-        rows.append(f'<tr class="{klass}">' + "".join(f"<td>{e(x)}</td>" for x in cells)
+        rows.append(f'<tr class="{klass}" id="{e(run.task_id)}">' + "".join(f"<td>{e(x)}</td>" for x in cells)
                     + f'<td class="detail">{e(why)}</td><td>{link}</td></tr>')
     sums = "".join(
         f"<tr><td>{e(col)}{' (baseline)' if f['baseline'] else ''}</td><td>{f['runs']}</td><td>{f['passed']}</td>"
@@ -163,8 +183,11 @@ def html_report(runs: list[Run], exit_code: int, meta: dict[str, Any]) -> str:
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Agent eval {e(when)}</title>
 <style>{_CSS}</style></head><body>
 <h1>Agent eval: graded on the world, not the reply</h1>
-<p>{e(when)} &middot; {e(verdict_line)} (exit {exit_code}) &middot; {len(runs)} runs &middot;
-{e(json.dumps(meta))}</p>
+<p>{e(when)} &middot; {e(verdict_line)} (exit {exit_code}) &middot; {len(runs)} runs</p>
+<ul>{"".join(f"<li>{e(k)}: {e(', '.join(map(str, v)) if isinstance(v, list) else str(v))}</li>" for k, v in meta.items())}
+</ul>
+<h2>Matrix</h2>
+{_matrix_html(runs)}
 <h2>Per column</h2>
 <table><tr><th>column</th><th>runs</th><th>passed</th><th>of which escalated</th><th>paid twice</th><th>lost</th>
 <th>false claims</th><th>median turns / tool calls / s</th></tr>{sums}</table>

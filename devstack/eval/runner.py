@@ -5,13 +5,16 @@ Runs go one at a time, because the edge's fault rules count requests across the 
 Each run gets its own order (or invoice), seeded and paid at the provider, and its own task id;
 each column has its own task queue served by an in-process worker built with
 `worker.build_worker`. A run whose condition kills the worker gets a queue of its own: a worker
-process for the column serves it until it SIGKILLs itself, then an in-process one finishes it.
+process for the column serves it until it SIGKILLs or SIGSTOPs itself, then an in-process one
+finishes it (and a paused process is woken afterwards).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import sys
 import time
 import uuid
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
 from temporalio.client import Client, WorkflowHandle, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
@@ -61,7 +65,7 @@ class Run:
     observed: Observed
     faults: dict[str, int] = field(default_factory=dict)
     ui_url: str | None = None
-    crashed: bool | None = None
+    worker_fault: bool | None = None  # for kill and pause conditions: whether the fault struck
 
     @property
     def passed(self) -> bool:
@@ -128,20 +132,20 @@ class Runner:
         task = fresh.task(f"eval-{ticket.id}-{condition.name}-{column.name}-{self._token}{self._count}")
         money_path = "/v1/refunds" if fresh.order is not None else "/v1/payment_intents"
         money_tool = MONEY_TOOLS[0] if fresh.order is not None else MONEY_TOOLS[1]
-        crash_at = condition.crash_point(money_tool)
+        fault = condition.worker_fault(money_tool, column.naive_tool)
         queue = f"eval-{column.name}-{self._token}"
-        if crash_at is not None:
+        if fault is not None:
             queue += f"-{self._count}"
         settings = self.settings(queue)
         self.edge.configure(condition.mode, condition.rules(money_path, CLIENT_TIMEOUT))
 
         started = time.monotonic()
-        crashed = None
-        if crash_at is None:
+        struck = None
+        if fault is None:
             handle = await start_task(client, settings, task)
             state, cp = await self._settle(handle)
         else:
-            crashed, state, cp = await self._crash_then_finish(client, settings, task, column, crash_at)
+            struck, state, cp = await self._fault_then_finish(client, settings, task, column, fault)
         seconds = time.monotonic() - started
 
         faults = {k.removeprefix("fault:"): v for k, v in self.edge.stats().items() if k.startswith("fault:")}
@@ -150,7 +154,7 @@ class Runner:
         return Run(ticket=ticket.id, condition=condition.name, column=column.name, baseline=column.baseline,
                    task_id=task.task_id, resource_id=resource,
                    grade=grade(fresh, observed, condition.may_escalate), observed=observed, faults=faults,
-                   ui_url=self._ui(task.task_id), crashed=crashed)
+                   ui_url=self._ui(task.task_id), worker_fault=struck)
 
     def _seed(self, ticket: Ticket) -> None:
         if ticket.order is not None:
@@ -173,30 +177,41 @@ class Runner:
             return f"lost ({last[0] or 'running'})", await _checkpoint(handle)
         return last[0], await _checkpoint(handle)  # type: ignore[return-value]
 
-    async def _crash_then_finish(self, client: Client, settings: Settings, task, column: Column,
-                                 crash_at: str) -> tuple[bool, str, Checkpoint | None]:
+    async def _fault_then_finish(self, client: Client, settings: Settings, task, column: Column,
+                                 fault: tuple[str, str]) -> tuple[bool, str, Checkpoint | None]:
+        """A worker process for the column serves the task until it kills or pauses itself at the
+        point; an in-process worker then finishes the task. A paused process is woken after that
+        and stopped gracefully, so whatever its attempt does on waking is in the world we grade.
+        Returns whether the fault struck, the task's state and its checkpoint."""
+        variable, point = fault
         logs = self.data_dir / "workers"
         logs.mkdir(parents=True, exist_ok=True)
+        marker = logs / f"{task.task_id}.struck"
         env = {**self.stack.env(), **self.worker_env, "TASK_QUEUE": settings.task_queue,
                "STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "RECONCILE_EVERY_MINUTES": "0",
                "DATABASE_URL": "", "PAYLOAD_ENCRYPTION_KEY": "", "MODEL_BACKEND": "scripted",
-               "CRASH_AT": crash_at, "CRASH_MARKER": str(logs / f"{task.task_id}.crashed")}
-        doomed = _ColumnWorker(env, logs / f"{task.task_id}.log", column.spec)
-        await asyncio.to_thread(doomed.start)
+               variable: point, "CRASH_MARKER": str(marker)}
+        first = _ColumnWorker(env, logs / f"{task.task_id}.log", column.spec)
+        await asyncio.to_thread(first.start)
         try:
-            await asyncio.to_thread(doomed.wait_ready, 60)
+            await asyncio.to_thread(first.wait_ready, 60)
             handle = await start_task(client, settings, task)
 
-            async def died_or_settled() -> bool:
-                return doomed.returncode is not None or (await task_state(handle))[0] is not None
+            async def struck_or_settled() -> bool:
+                if first.returncode is not None or (marker.exists() and _stopped(first.pid)):
+                    return True
+                return (await task_state(handle))[0] is not None
             with contextlib.suppress(TimeoutError):
-                await poll_until(died_or_settled, f"the worker of {task.task_id} to die", self.settle_timeout, 0.1)
-            crashed = doomed.returncode is not None
+                await poll_until(struck_or_settled, f"the fault in {task.task_id}'s worker", self.settle_timeout, 0.1)
+            struck = marker.exists()
+            async with build_worker(client, settings, backend=column.backend(settings),
+                                    replace=column.replace(settings)):
+                state, cp = await self._settle(handle)
         finally:
-            await asyncio.to_thread(doomed.stop)
-        async with build_worker(client, settings, backend=column.backend(settings), replace=column.replace(settings)):
-            state, cp = await self._settle(handle)
-        return crashed, state, cp
+            if first.pid is not None and first.returncode is None:
+                os.kill(first.pid, signal.SIGCONT)  # wake a paused worker; its attempt goes on
+            await asyncio.to_thread(first.stop)  # SIGTERM: running activities get the graceful shutdown
+        return struck, state, cp
 
     async def _observe(self, cp: Checkpoint | None, ticket: Ticket, task_id: str, state: str,
                        seconds: float) -> Observed:
@@ -212,6 +227,7 @@ class Runner:
             state=state, refunds=refunds, payments=payments,
             ledger=[e for e in effects if e["tool"] in MONEY_TOOLS], messages=messages,
             final_answer=cp.final_answer if cp else None, turns=cp.turns if cp else 0,
+            trail={name: step.trail for name, step in cp.steps.items() if step.intent_key} if cp else {},
             tool_calls=sum(cp.calls.values()) if cp else 0, seconds=seconds)
 
     def _refunds(self, order_id: str) -> list[dict[str, Any]]:
@@ -228,6 +244,14 @@ class Runner:
         if not self.stack.ui_url:
             return None
         return f"{self.stack.ui_url}/namespaces/{self.stack.namespace}/workflows/{task_id}"
+
+
+def _stopped(pid: int | None) -> bool:
+    """The process is stopped (SIGSTOP), not merely slow."""
+    try:
+        return pid is not None and psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False
 
 
 async def _checkpoint(handle: WorkflowHandle) -> Checkpoint | None:
