@@ -11,13 +11,14 @@ import asyncio
 import signal
 
 from devstack.eval.columns import parse_column
-from infra import connection
+from infra import connection, telemetry
 from infra.settings import load_settings
 from worker import build_worker
 
 
 async def main(spec: str) -> None:
     settings = load_settings()
+    telemetry.setup_logging()
     column = parse_column(spec)
     client = await connection.connect(settings)
     backend = column.backend(settings)
