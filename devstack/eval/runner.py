@@ -31,7 +31,7 @@ from activities.db import Database
 from activities.payments import KEY_FIELD, StripeGateway
 from activities.records import Records
 from activities.world import World
-from core.models import Checkpoint, TaskResult
+from core.models import Checkpoint, TaskInput, TaskResult
 from devstack.chaos import task_state
 from devstack.edge_control import EdgeControl
 from devstack.eval.columns import MONEY_TOOLS, Column
@@ -177,7 +177,7 @@ class Runner:
             return f"lost ({last[0] or 'running'})", await _checkpoint(handle)
         return last[0], await _checkpoint(handle)  # type: ignore[return-value]
 
-    async def _fault_then_finish(self, client: Client, settings: Settings, task, column: Column,
+    async def _fault_then_finish(self, client: Client, settings: Settings, task: TaskInput, column: Column,
                                  fault: tuple[str, str]) -> tuple[bool, str, Checkpoint | None]:
         """A worker process for the column serves the task until it kills or pauses itself at the
         point; an in-process worker then finishes the task. A paused process is woken after that
