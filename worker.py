@@ -16,6 +16,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
+from activities.effects import ProviderTerms
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
@@ -69,6 +70,13 @@ def model_backend(settings: Settings) -> ModelBackend:
                         timeout_seconds=settings.model_timeout_seconds, max_tokens=settings.model_max_tokens)
 
 
+def provider_terms(settings: Settings) -> ProviderTerms:
+    return ProviderTerms(honours_keys=settings.stripe_honours_keys,
+                         request_timeout_seconds=settings.stripe_timeout_seconds,
+                         processing_window_seconds=settings.stripe_processing_window_seconds,
+                         lease_seconds=settings.effect_lease_seconds)
+
+
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
                  backend: ModelBackend | None = None, replace: Sequence[Callable] = (),
@@ -81,8 +89,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
                             settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
-    tools = ToolActivities(db, gateway, settings.approval_ceiling_cents,
-                           lease_seconds=settings.stripe_timeout_seconds * 3)
+    tools = ToolActivities(db, gateway, settings.approval_ceiling_cents, provider_terms(settings),
+                           settings.payment_approval_ceiling_cents)
     activities = tools.activities()
     replaced = {activity_name(fn) for fn in replace}
     activities = [a for a in activities if activity_name(a) not in replaced] + list(replace)

@@ -1,17 +1,32 @@
-"""The effect ledger: one row per intent key, enforced by the primary key.
+"""The effect ledger: one row per intent key, a fenced state machine, and budgets across tasks.
 
-Row `intent` is written before the provider call and `performed` after it; a row left at
-`intent` means "maybe happened" and must be verified with the provider, never guessed.
+    intent -> performed        (final)
+    intent -> not_performed    (nothing happened; a later claim may take it again)
+    intent -> unknown          (a human decides)
+
+Every claim of an intent bumps its `fence`; every transition names the fence it holds and the
+state it expects, so a write from an attempt that lost the intent (a paused worker waking up)
+changes nothing. The claim also reserves the intent's amount against business resources (an
+order item, an order, an invoice) in the same transaction: an item is refunded at most its
+price and an invoice paid once, whatever the number of tickets, tasks or calls.
+
+SQLite: the unit of work holds the write lock from its first statement (`BEGIN IMMEDIATE`).
+PostgreSQL: the budget rows and the intent row are locked `FOR UPDATE`, in a fixed order.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from activities.db import Database
+
+log = logging.getLogger("agent.ledger")
+
+LIVE = ("intent", "performed", "unknown")  # statuses whose amounts count against a budget
 
 
 @dataclass(frozen=True)
@@ -21,88 +36,305 @@ class Effect:
     tool: str
     status: str
     owner: str
+    attempt: int
+    fence: int
     lease_until: float
+    horizon: float
     provider_ref: str | None
     amount_cents: int | None
     detail: dict[str, Any]
     updated_at: float
 
     @classmethod
-    def from_row(cls, row) -> "Effect":
+    def from_row(cls, row) -> "Effect":  # noqa: ANN001
         return cls(
             intent_key=row["intent_key"], task_id=row["task_id"], tool=row["tool"], status=row["status"],
-            owner=row["owner"], lease_until=row["lease_until"], provider_ref=row["provider_ref"],
-            amount_cents=row["amount_cents"], detail=json.loads(row["detail"] or "{}"),
-            updated_at=row["updated_at"],
+            owner=row["owner"], attempt=row["attempt"], fence=row["fence"], lease_until=row["lease_until"],
+            horizon=row["horizon"], provider_ref=row["provider_ref"], amount_cents=row["amount_cents"],
+            detail=json.loads(row["detail"] or "{}"), updated_at=row["updated_at"],
         )
 
 
 @dataclass(frozen=True)
-class Claim:
-    """The ledger row as this attempt found it; `fresh` when this attempt created it."""
+class Hold:
+    """An intent's amount reserved against one business resource, e.g. `item:ORD-8841/mugs-02`."""
+
+    resource: str
+    limit_cents: int
+    amount_cents: int
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a claim asks for: the intent, the attempt, its holds and the approval ceiling."""
+
+    intent_key: str
+    task_id: str
+    tool: str
+    arguments: dict[str, Any]
+    owner: str
+    attempt: int
+    amount_cents: int
+    holds: tuple[Hold, ...]
+    lease_until: float
+    horizon: float
+    ceiling_cents: int | None = None
+    approved: bool = False
+    external_cents: dict[str, int] = field(default_factory=dict)
+    takeover_after_lease: bool = False
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """This attempt holds the intent under `fence` and may send until `effect.lease_until`."""
 
     effect: Effect
-    fresh: bool
-    previous_status: str | None
-    previous_owner: str | None
+    previous: Effect | None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The ledger already holds the intent as performed."""
+
+    effect: Effect
+
+
+@dataclass(frozen=True)
+class Doubtful:
+    """The intent's outcome is unknown: only a human moves it on."""
+
+    effect: Effect
+
+
+@dataclass(frozen=True)
+class Busy:
+    """Another attempt holds the intent and a request of it may still land until `until`."""
+
+    effect: Effect
+    until: float
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """The resource cannot take the amount: what holds it, and how much is left."""
+
+    resource: str
+    limit_cents: int
+    available_cents: int
+    holders: list[Effect]
+    external_cents: int
+
+    @property
+    def in_flight(self) -> bool:
+        return any(h.status == "intent" for h in self.holders)
+
+    @property
+    def in_doubt(self) -> bool:
+        return any(h.status == "unknown" for h in self.holders)
+
+
+@dataclass(frozen=True)
+class NeedsApproval:
+    """Refunded in total with this call, a task, an item or an order passes the ceiling."""
+
+    scope: str
+    total_cents: int
+    ceiling_cents: int
+
+
+Claim = Claimed | Settled | Doubtful | Busy | OverBudget | NeedsApproval
 
 
 class EffectLedger:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def claim(self, key: str, task_id: str, tool: str, arguments: dict, owner: str, lease_seconds: float) -> Claim:
-        """Record the intent, or return the existing row, taking it over when its lease expired."""
+    # --- claim ----------------------------------------------------------------------------
+
+    def claim(self, request: Request, now: float | None = None) -> Claim:
+        """Record the intent and reserve its amounts, or say why this attempt may not send."""
+        now = time.time() if now is None else now
+        with self._db.connect() as conn:
+            self._lock_budgets(conn, request.holds)
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock,
+                               {"key": request.intent_key}).fetchone()
+            previous = Effect.from_row(row) if row else None
+            if previous is not None:
+                if previous.status == "performed":
+                    return Settled(previous)
+                if previous.status == "unknown":
+                    return Doubtful(previous)
+                if previous.status == "intent":
+                    until = previous.lease_until if request.takeover_after_lease else previous.horizon
+                    if until > now:
+                        return Busy(previous, until)
+            refusal = self._check_budgets(conn, request) or self._check_ceiling(conn, request)
+            if refusal is not None:
+                return refusal
+            params = {"key": request.intent_key, "task": request.task_id, "tool": request.tool,
+                      "args": json.dumps(request.arguments, sort_keys=True), "owner": request.owner,
+                      "attempt": request.attempt, "lease": request.lease_until, "horizon": request.horizon,
+                      "amount": request.amount_cents, "now": now}
+            if previous is None:
+                conn.execute(
+                    "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, attempt, fence,"
+                    " lease_until, horizon, amount_cents, detail, created_at, updated_at) VALUES (:key, :task, :tool,"
+                    " :args, 'intent', :owner, :attempt, 1, :lease, :horizon, :amount, '{}', :now, :now)", params)
+            else:
+                conn.execute(
+                    "UPDATE effects SET status = 'intent', owner = :owner, attempt = :attempt, fence = fence + 1,"
+                    " lease_until = :lease, horizon = :horizon, amount_cents = :amount, updated_at = :now"
+                    " WHERE intent_key = :key", params)
+            for hold in request.holds:
+                conn.execute(
+                    "INSERT INTO holds (intent_key, resource, amount_cents) VALUES (:key, :resource, :amount)"
+                    " ON CONFLICT (intent_key, resource) DO UPDATE SET amount_cents = excluded.amount_cents",
+                    {"key": request.intent_key, "resource": hold.resource, "amount": hold.amount_cents})
+            effect = Effect.from_row(conn.execute("SELECT * FROM effects WHERE intent_key = :key",
+                                                  {"key": request.intent_key}).fetchone())
+        return Claimed(effect, previous)
+
+    def _lock_budgets(self, conn, holds: tuple[Hold, ...]) -> None:  # noqa: ANN001
+        for hold in sorted(holds, key=lambda h: h.resource):
+            conn.execute("INSERT INTO budgets (resource, limit_cents) VALUES (:resource, :limit)"
+                         " ON CONFLICT (resource) DO UPDATE SET limit_cents = excluded.limit_cents",
+                         {"resource": hold.resource, "limit": hold.limit_cents})
+            conn.execute("SELECT resource FROM budgets WHERE resource = :resource" + self._db.lock,
+                         {"resource": hold.resource})
+
+    def _check_budgets(self, conn, request: Request) -> OverBudget | None:  # noqa: ANN001
+        for hold in request.holds:
+            rows = conn.execute(
+                "SELECT e.*, h.amount_cents AS held FROM holds h JOIN effects e ON e.intent_key = h.intent_key"
+                " WHERE h.resource = :resource AND e.intent_key != :key AND e.status IN ('intent', 'performed',"
+                " 'unknown') ORDER BY e.created_at", {"resource": hold.resource, "key": request.intent_key}
+            ).fetchall()
+            external = request.external_cents.get(hold.resource, 0)
+            available = hold.limit_cents - sum(r["held"] for r in rows) - external
+            if hold.amount_cents > available:
+                return OverBudget(hold.resource, hold.limit_cents, max(available, 0),
+                                  [Effect.from_row(r) for r in rows], external)
+        return None
+
+    def _check_ceiling(self, conn, request: Request) -> NeedsApproval | None:  # noqa: ANN001
+        """The ceiling counts what a task, an item and an order have refunded in total, not one call."""
+        if request.ceiling_cents is None or request.approved:
+            return None
+        task_total = conn.execute(
+            "SELECT COALESCE(SUM(amount_cents), 0) AS total FROM effects WHERE task_id = :task AND tool = :tool"
+            " AND intent_key != :key AND status IN ('intent', 'performed', 'unknown')",
+            {"task": request.task_id, "tool": request.tool, "key": request.intent_key}).fetchone()["total"]
+        totals = [(f"task:{request.task_id}", task_total)]
+        for hold in request.holds:
+            held = conn.execute(
+                "SELECT COALESCE(SUM(h.amount_cents), 0) AS total FROM holds h JOIN effects e"
+                " ON e.intent_key = h.intent_key WHERE h.resource = :resource AND e.intent_key != :key"
+                " AND e.status IN ('intent', 'performed', 'unknown')",
+                {"resource": hold.resource, "key": request.intent_key}).fetchone()["total"]
+            totals.append((hold.resource, held + request.external_cents.get(hold.resource, 0)))
+        for scope, total in totals:
+            if total + request.amount_cents > request.ceiling_cents:
+                return NeedsApproval(scope, total + request.amount_cents, request.ceiling_cents)
+        return None
+
+    # --- transitions ----------------------------------------------------------------------
+
+    def performed(self, effect: Effect, ref: str, amount: int | None, detail: dict[str, Any]) -> bool:
+        """The holder's request succeeded."""
+        return self._move(effect, "performed", ref, amount, detail)
+
+    def not_performed(self, effect: Effect, detail: dict[str, Any]) -> bool:
+        """Nothing happened: the amounts go back to the budgets."""
+        return self._move(effect, "not_performed", None, None, detail)
+
+    def unknown(self, effect: Effect, detail: dict[str, Any]) -> bool:
+        """Nobody can say now: the amounts stay held until a human decides."""
+        return self._move(effect, "unknown", None, None, detail)
+
+    def release(self, effect: Effect) -> bool:
+        """The holder will not send again: the next attempt need not wait for its lease."""
+        with self._db.connect() as conn:
+            moved = conn.execute(
+                "UPDATE effects SET lease_until = 0, horizon = 0 WHERE intent_key = :key AND fence = :fence"
+                " AND status = 'intent'", {"key": effect.intent_key, "fence": effect.fence}).rowcount == 1
+        return moved
+
+    def found(self, key: str, ref: str, amount: int, detail: dict[str, Any]) -> Effect | None:
+        """The provider holds the effect: performed, whoever holds the fence. Performed stays final."""
+        with self._db.connect() as conn:
+            conn.execute(
+                "UPDATE effects SET status = 'performed', provider_ref = :ref, amount_cents = :amount,"
+                " detail = :detail, lease_until = 0, updated_at = :now WHERE intent_key = :key"
+                " AND status != 'performed'",
+                {"key": key, "ref": ref, "amount": amount, "detail": json.dumps(detail, sort_keys=True),
+                 "now": time.time()})
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
+        return Effect.from_row(row) if row else None
+
+    def decided(self, key: str, expected: tuple[str, ...], status: str, ref: str | None, amount: int | None,
+                detail: dict[str, Any], task_id: str, tool: str, arguments: dict[str, Any], owner: str) -> Effect:
+        """A human's verified word on an intent; only from the `expected` states (performed is final)."""
         now = time.time()
         with self._db.connect() as conn:
-            inserted = conn.execute(
-                "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, lease_until,"
-                " created_at, updated_at) VALUES (:key, :task, :tool, :args, 'intent', :owner, :lease, :now, :now)"
-                " ON CONFLICT (intent_key) DO NOTHING",
-                {"key": key, "task": task_id, "tool": tool, "args": json.dumps(arguments, sort_keys=True),
-                 "owner": owner, "lease": now + lease_seconds, "now": now},
-            ).rowcount == 1
-            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock, {"key": key}).fetchone()
-            previous = None if inserted else row["status"]
-            previous_owner = None if inserted else row["owner"]
-            if not inserted and row["status"] != "performed" and row["lease_until"] <= now:
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock,
+                               {"key": key}).fetchone()
+            if row is None:
                 conn.execute(
-                    "UPDATE effects SET status = 'intent', owner = :owner, lease_until = :lease, updated_at = :now"
-                    " WHERE intent_key = :key", {"owner": owner, "lease": now + lease_seconds, "now": now, "key": key})
-                row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
-        return Claim(Effect.from_row(row), inserted, previous, previous_owner)
+                    "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, attempt, fence,"
+                    " provider_ref, amount_cents, detail, created_at, updated_at) VALUES (:key, :task, :tool, :args,"
+                    " :status, :owner, 0, 1, :ref, :amount, :detail, :now, :now)",
+                    {"key": key, "task": task_id, "tool": tool, "args": json.dumps(arguments, sort_keys=True),
+                     "status": status, "owner": owner, "ref": ref, "amount": amount,
+                     "detail": json.dumps(detail, sort_keys=True), "now": now})
+            elif row["status"] in expected:
+                conn.execute(
+                    "UPDATE effects SET status = :status, owner = :owner, fence = fence + 1,"
+                    " provider_ref = COALESCE(:ref, provider_ref), amount_cents = COALESCE(:amount, amount_cents),"
+                    " detail = :detail, lease_until = 0, horizon = 0, updated_at = :now WHERE intent_key = :key",
+                    {"key": key, "status": status, "owner": owner, "ref": ref, "amount": amount,
+                     "detail": json.dumps(detail, sort_keys=True), "now": now})
+                if status == "not_performed":
+                    conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": key})
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
+        return Effect.from_row(row)
 
-    def performed(self, key: str, provider_ref: str, amount_cents: int | None, detail: dict[str, Any]) -> None:
-        self._set(key, "performed", provider_ref, amount_cents, detail)
-
-    def not_performed(self, key: str, detail: dict[str, Any]) -> None:
-        self._set(key, "not_performed", None, None, detail)
-
-    def unknown(self, key: str, detail: dict[str, Any]) -> None:
-        self._set(key, "unknown", None, None, detail)
-
-    def release(self, key: str, owner: str) -> None:
-        """The holder will not send: let the next attempt go on without waiting for the lease."""
+    def _move(self, effect: Effect, status: str, ref: str | None, amount: int | None, detail: dict[str, Any]) -> bool:
         with self._db.connect() as conn:
-            conn.execute("UPDATE effects SET lease_until = 0 WHERE intent_key = :key AND owner = :owner",
-                         {"key": key, "owner": owner})
+            moved = conn.execute(
+                "UPDATE effects SET status = :status, provider_ref = COALESCE(:ref, provider_ref),"
+                " amount_cents = COALESCE(:amount, amount_cents), detail = :detail, lease_until = 0,"
+                " updated_at = :now WHERE intent_key = :key AND fence = :fence AND status = 'intent'",
+                {"status": status, "ref": ref, "amount": amount, "detail": json.dumps(detail, sort_keys=True),
+                 "now": time.time(), "key": effect.intent_key, "fence": effect.fence}).rowcount == 1
+            if moved and status == "not_performed":
+                conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": effect.intent_key})
+        if not moved:
+            current = self.get(effect.intent_key)
+            log.warning("ledger write refused: attempt lost the intent", extra={
+                "intent_key": effect.intent_key, "wanted": status, "fence": effect.fence,
+                "current_status": current.status if current else None,
+                "current_fence": current.fence if current else None})
+        return moved
+
+    # --- reads ----------------------------------------------------------------------------
 
     def get(self, key: str) -> Effect | None:
         with self._db.connect() as conn:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
+    def live_keys(self, keys: list[str]) -> set[str]:
+        """Which of these keys hold amounts in the ledger (intent, performed or unknown)."""
+        if not keys:
+            return set()
+        with self._db.connect() as conn:
+            rows = conn.execute(
+                "SELECT intent_key FROM effects WHERE status IN ('intent', 'performed', 'unknown')"
+                " AND intent_key IN (" + ", ".join(f":k{i}" for i in range(len(keys))) + ")",
+                {f"k{i}": key for i, key in enumerate(keys)}).fetchall()
+        return {r["intent_key"] for r in rows}
+
     def all(self) -> list[Effect]:
         with self._db.connect() as conn:
             rows = conn.execute("SELECT * FROM effects ORDER BY created_at").fetchall()
         return [Effect.from_row(r) for r in rows]
-
-    def _set(self, key: str, status: str, ref: str | None, amount: int | None, detail: dict[str, Any]) -> None:
-        with self._db.connect() as conn:
-            conn.execute(
-                "UPDATE effects SET status = :status, provider_ref = COALESCE(:ref, provider_ref),"
-                " amount_cents = COALESCE(:amount, amount_cents), detail = :detail, lease_until = 0,"
-                " updated_at = :now WHERE intent_key = :key",
-                {"status": status, "ref": ref, "amount": amount, "detail": json.dumps(detail, sort_keys=True),
-                 "now": time.time(), "key": key},
-            )

@@ -9,17 +9,40 @@ Who retries what:
   key, also in the object's metadata), and an attempt that follows an ambiguous one looks
   the intent up at the provider before sending anything.
 - The model may ask again; the workflow's journal and the ledger answer already_performed.
+
+A request may leave only before its attempt's send-by time (`send_before`): a worker that was
+paused between its ledger claim and its request and wakes up late sends nothing, so the next
+attempt can rely on the previous holder's settle horizon (activities/effects.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator
 
 import requests
 import stripe
 import urllib3
 
 KEY_FIELD = "intent_key"
+
+_send_by: ContextVar[float | None] = ContextVar("send_by", default=None)
+
+
+class NotSent(Exception):
+    """The send-by time passed before the request left: the provider never saw it."""
+
+
+@contextmanager
+def send_before(deadline: float) -> Iterator[None]:
+    """Requests made inside leave only before `deadline` (time.time()); later ones raise NotSent."""
+    token = _send_by.set(deadline)
+    try:
+        yield
+    finally:
+        _send_by.reset(token)
 
 
 class StripeGateway:
@@ -89,6 +112,13 @@ class StripeGateway:
 
 class UnsentOnlyRetries(stripe.RequestsClient):
     """The SDK's HTTP client, allowed to retry only what never reached the provider."""
+
+    def request(self, method, url, headers, post_data=None):  # noqa: ANN001, ANN201
+        deadline = _send_by.get()
+        if deadline is not None and time.time() >= deadline:
+            raise NotSent(f"{method.upper()} {url.split('?')[0]} not sent: its send-by time passed "
+                          f"{time.time() - deadline:.1f} s ago")
+        return super().request(method, url, headers, post_data)
 
     def _should_retry(self, response, api_connection_error, num_retries, max_network_retries):  # noqa: ANN001
         if num_retries >= (max_network_retries or 0):

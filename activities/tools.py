@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import re
-import time
-from datetime import timedelta
 from typing import Any, Callable
 
-import stripe
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.db import Database
+from activities.effects import Attempt, Effects, MoneyIntent, ProviderEffect, ProviderTerms
 from activities.faults import crash_point
-from activities.ledger import Claim, EffectLedger
-from activities.payments import StripeGateway
+from activities.ledger import EffectLedger, Hold
+from activities.payments import KEY_FIELD, StripeGateway
 from activities.records import Records, send_once, upsert_confirmation
 from core.models import Outcome, ToolInput, ToolResult
 from core.tools import (
@@ -38,20 +35,31 @@ POLICY = {
     "invoice": "Approved supplier invoices are paid in full, once, and the supplier gets a remittance email.",
 }
 
-_AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError)
+
+
+def item_resource(order_id: str, item_id: str) -> str:
+    return f"item:{order_id}/{item_id}"
+
+
+def order_resource(order_id: str) -> str:
+    return f"order:{order_id}"
+
+
+def invoice_resource(invoice_id: str) -> str:
+    return f"invoice:{invoice_id}"
 
 
 class ToolActivities:
     """Holds the stores and the payment gateway; one method per tool, registered by tool name."""
 
     def __init__(self, db: Database, gateway: StripeGateway, approval_ceiling_cents: int,
-                 lease_seconds: float = 15.0) -> None:
+                 terms: ProviderTerms | None = None, payment_ceiling_cents: int | None = None) -> None:
         self._db = db
-        self._ledger = EffectLedger(db)
         self._records = Records(db)
         self._gateway = gateway
         self._ceiling = approval_ceiling_cents
-        self._lease = lease_seconds
+        self._payment_ceiling = payment_ceiling_cents
+        self._effects = Effects(EffectLedger(db), terms or ProviderTerms())
 
     def activities(self) -> list[Callable]:
         return [self.get_order, self.search_policy, self.lookup_invoice, self.issue_refund,
@@ -69,11 +77,15 @@ class ToolActivities:
         record = self._records.order(args.order_id)
         if record is None:
             return _read_error(call, "unknown_order", f"no order {args.order_id}")
-        refunded = self._gateway.refunded_cents(record.payment_intent_id)
+        refunds = [r for r in self._gateway.refunds(record.payment_intent_id) if r.status in ("succeeded", "pending")]
         order = record.order
+        by_item = {i.item_id: sum(r.amount for r in refunds if _metadata(r).get("item_id") == i.item_id)
+                   for i in order.items}
+        refunded = sum(r.amount for r in refunds)
         return ToolResult(tool=call.tool, attempt=_attempt(), data={
             **order.model_dump(), "paid_cents": order.paid_cents, "refunded_cents": refunded,
-            "refundable_cents": order.paid_cents - refunded, "approval_ceiling_cents": self._ceiling})
+            "refundable_cents": order.paid_cents - refunded, "refunded_cents_by_item": by_item,
+            "approval_ceiling_cents": self._ceiling})
 
     @activity.defn(name="search_policy")
     async def search_policy(self, call: ToolInput) -> ToolResult:
@@ -93,7 +105,7 @@ class ToolActivities:
             return _read_error(call, "unknown_invoice", f"no invoice {args.invoice_id}")
         return ToolResult(tool=call.tool, attempt=_attempt(), data=record.invoice.model_dump())
 
-    # --- money -------------------------------------------------------------------------
+    # --- money: validation, then one call into the effect protocol ------------------------
 
     @activity.defn(name="issue_refund")
     async def issue_refund(self, call: ToolInput) -> ToolResult:
@@ -113,37 +125,16 @@ class ToolActivities:
             return _not_performed(call, "currency_mismatch", f"order is in {order.currency}, not {args.currency}")
         if args.amount_cents > item.amount_cents:
             return _not_performed(call, "exceeds_item_price", f"item {item.item_id} cost {item.amount_cents} cents")
-
-        claim = self._ledger.claim(key, call.task_id, call.tool, call.arguments, _owner(), self._lease)
-        settled = self._settled_or_verified(call, claim, lambda: self._gateway.find_refund(pi, key))
-        if settled is not None:
-            return settled
-
-        try:
-            refunded = self._gateway.refunded_cents(pi)
-        except stripe.StripeError as err:
-            return self._definitely_not(call, "provider_unavailable", f"could not read refunds: {err}", True)
-        if args.amount_cents > order.paid_cents - refunded:
-            return self._definitely_not(call, "exceeds_refundable",
-                                        f"paid {order.paid_cents}, already refunded {refunded} cents", False)
-        approved = call.approval is not None and call.approval.intent_key == key
-        if args.amount_cents > self._ceiling and not approved:
-            return self._definitely_not(call, "approval_required",
-                                        f"{args.amount_cents} cents is over the {self._ceiling} cents ceiling", False)
-
-        self._still_mine(call)
-        crash_point("issue_refund:before_provider")
         metadata = {"task_id": call.task_id, "order_id": order.order_id, "item_id": item.item_id}
-        if approved:
+        if call.approval is not None and call.approval.intent_key == key:
             metadata["approved_by"] = call.approval.decided_by
-        try:
-            refund = self._gateway.refund(pi, args.amount_cents, key, metadata)
-        except _AMBIGUOUS as err:
-            return self._verify_after(call, describe(err), lambda: self._gateway.find_refund(pi, key))
-        except stripe.StripeError as err:
-            return self._definitely_not(call, "provider_rejected", str(err.user_message or err), False)
-        crash_point("issue_refund:after_provider")
-        return self._performed(call, refund.id, args.amount_cents, {"status": refund.status})
+        return self._effects.perform(MoneyIntent(
+            call=call, amount_cents=args.amount_cents, ceiling_cents=self._ceiling,
+            holds=(Hold(item_resource(order.order_id, item.item_id), item.amount_cents, args.amount_cents),
+                   Hold(order_resource(order.order_id), order.paid_cents, args.amount_cents)),
+            records=lambda: [_refund_effect(r, order.order_id) for r in self._gateway.refunds(pi)],
+            send=lambda: _refund_effect(self._gateway.refund(pi, args.amount_cents, key, metadata), order.order_id),
+        ))
 
     @activity.defn(name="send_payment")
     async def send_payment(self, call: ToolInput) -> ToolResult:
@@ -162,96 +153,21 @@ class ToolActivities:
             return _not_performed(call, "currency_mismatch", f"invoice is in {invoice.currency}")
         if args.amount_cents != invoice.amount_cents:
             return _not_performed(call, "amount_mismatch", f"invoice amount is {invoice.amount_cents} cents")
+        metadata = {"task_id": call.task_id, "invoice_id": invoice.invoice_id, KEY_FIELD: key}
+        if call.approval is not None and call.approval.intent_key == key:
+            metadata["approved_by"] = call.approval.decided_by
 
-        claim = self._ledger.claim(key, call.task_id, call.tool, call.arguments, _owner(), self._lease)
-        settled = self._settled_or_verified(call, claim, lambda: self._gateway.find_payment(payee_ref, key))
-        if settled is not None:
-            return settled
+        def records() -> list[ProviderEffect]:
+            return [_payment_effect(p) for p in self._gateway.payments_to(payee_ref)
+                    if _metadata(p).get("invoice_id") == invoice.invoice_id]
 
-        self._still_mine(call)
-        crash_point("send_payment:before_provider")
-        metadata = {"task_id": call.task_id, "invoice_id": invoice.invoice_id, "intent_key": key}
-        try:
-            payment = self._gateway.charge(payee_ref, args.amount_cents, args.currency, metadata, key)
-        except _AMBIGUOUS as err:
-            return self._verify_after(call, describe(err), lambda: self._gateway.find_payment(payee_ref, key))
-        except stripe.StripeError as err:
-            return self._definitely_not(call, "provider_rejected", str(err.user_message or err), False)
-        crash_point("send_payment:after_provider")
-        return self._performed(call, payment.id, args.amount_cents, {"status": payment.status})
-
-    def _settled_or_verified(self, call: ToolInput, claim: Claim, lookup: Callable[[], Any]) -> ToolResult | None:
-        """Answer from the ledger, or, when an earlier attempt may have reached the provider, from it."""
-        effect = claim.effect
-        if effect.status == "performed":
-            outcome = Outcome.PERFORMED if _same_call(effect.owner, _owner()) else Outcome.ALREADY_PERFORMED
-            return ToolResult(tool=call.tool, outcome=outcome, intent_key=effect.intent_key, attempt=_attempt(),
-                              data={"provider_ref": effect.provider_ref, "amount_cents": effect.amount_cents,
-                                    "source": "ledger", **effect.detail})
-        if claim.fresh:
-            return None
-        found = self._lookup(call, lookup, f"an earlier attempt left the intent at {claim.previous_status}")
-        if isinstance(found, ToolResult):
-            return found
-        if found is not None:
-            result = self._performed(call, found.id, found.amount, {"status": found.status, "verified_by": "lookup"})
-            if not _same_call(claim.previous_owner, _owner()):
-                result.outcome = Outcome.ALREADY_PERFORMED  # an earlier run or ask did it, not this call
-            return result
-        if effect.owner != _owner():
-            # Another attempt (perhaps of this very call, on a worker that is paused, not dead) holds
-            # a live lease and may still send: wait for the lease, then verify again.
-            return self._give_up_or_retry(call, "in_flight", "another attempt holds this intent and may be sending it",
-                                          wait=max(0.5, effect.lease_until - time.time()))
-        return None
-
-    def _still_mine(self, call: ToolInput) -> None:
-        """Fencing, just before the provider call: an attempt whose lease was taken over must not send."""
-        effect = self._ledger.get(call.intent_key)
-        if effect is None or effect.owner != _owner() or effect.status != "intent":
-            raise ApplicationError(f"intent {call.intent_key} is now held by {effect.owner if effect else 'nobody'};"
-                                   " this attempt lost its lease and does not send", type="LeaseLost",
-                                   non_retryable=True)
-
-    def _verify_after(self, call: ToolInput, error: str, lookup: Callable[[], Any]) -> ToolResult:
-        """After an ambiguous send: ask the provider, never guess."""
-        found = self._lookup(call, lookup, error)
-        if isinstance(found, ToolResult):
-            return found
-        if found is not None:
-            return self._performed(call, found.id, found.amount,
-                                   {"status": found.status, "verified_by": "lookup", "after": error})
-        return self._definitely_not(call, "provider_error", f"{error}; the provider has no record of it", True)
-
-    def _lookup(self, call: ToolInput, lookup: Callable[[], Any], why: str) -> Any:
-        """The provider's record of this intent, None if it has none, or the answer when it cannot say."""
-        try:
-            return lookup()
-        except stripe.StripeError as err:
-            return self._give_up_or_retry(call, "unverifiable", f"{why}; the lookup failed: {describe(err)}")
-
-    def _give_up_or_retry(self, call: ToolInput, reason: str, message: str, wait: float | None = None) -> ToolResult:
-        """Let Temporal retry (the next attempt verifies first); on the last attempt, answer unknown."""
-        info = activity.info()
-        limit = info.retry_policy.maximum_attempts if info.retry_policy else 1
-        if limit and info.attempt >= limit:
-            self._ledger.unknown(call.intent_key, {"reason": reason, "message": message})
-            return ToolResult(tool=call.tool, outcome=Outcome.UNKNOWN, intent_key=call.intent_key, reason=reason,
-                              message=f"{message}. It may have happened: do not retry; a human must check.",
-                              retryable=False, attempt=info.attempt)
-        if wait is None:
-            self._ledger.release(call.intent_key, _owner())  # this attempt will not send: no need to wait for it
-        raise ApplicationError(message, type="OutcomeUnverified",
-                               next_retry_delay=timedelta(seconds=wait) if wait else None)
-
-    def _performed(self, call: ToolInput, ref: str, amount: int, detail: dict[str, Any]) -> ToolResult:
-        self._ledger.performed(call.intent_key, ref, amount, detail)
-        return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key, attempt=_attempt(),
-                          data={"provider_ref": ref, "amount_cents": amount, **detail})
-
-    def _definitely_not(self, call: ToolInput, reason: str, message: str, retryable: bool) -> ToolResult:
-        self._ledger.not_performed(call.intent_key, {"reason": reason, "message": message})
-        return _not_performed(call, reason, message, retryable)
+        return self._effects.perform(MoneyIntent(
+            call=call, amount_cents=args.amount_cents, ceiling_cents=self._payment_ceiling,
+            holds=(Hold(invoice_resource(invoice.invoice_id), invoice.amount_cents, args.amount_cents),),
+            records=records,
+            send=lambda: _payment_effect(self._gateway.charge(payee_ref, args.amount_cents, args.currency, metadata,
+                                                              key)),
+        ))
 
     # --- writes to people and records --------------------------------------------------
 
@@ -303,34 +219,16 @@ class ToolActivities:
     async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str) -> ToolResult:
         key = _require_key(call)
         sent_now, mine = await _in_thread(send_once, self._db, key, call.task_id, call.tool, call.arguments,
-                                          _owner().split("#")[0], kind, recipient, subject, body)
+                                          Attempt.current().call, kind, recipient, subject, body)
         crash_point(f"{call.tool}:after_send")
         outcome = Outcome.PERFORMED if (sent_now or mine) else Outcome.ALREADY_PERFORMED
         return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=_attempt(),
                           data={"recipient": recipient, "kind": kind})
 
 
-def describe(err: stripe.StripeError) -> str:
-    """A short name for a provider error: `ReadTimeout`, `APIError 500`."""
-    network = re.search(r"Network error: (\w+)", str(err))
-    if network:
-        return network.group(1)
-    return f"{type(err).__name__} {err.http_status}" if err.http_status else type(err).__name__
-
-
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """Blocking SQLite and HTTP run off the event loop so heartbeats keep flowing."""
     return await asyncio.to_thread(fn, *args)
-
-
-def _owner() -> str:
-    """This attempt: the call (workflow run and activity id) and the attempt number."""
-    info = activity.info()
-    return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}#{info.attempt}"
-
-
-def _same_call(owner: str | None, other: str) -> bool:
-    return owner is not None and owner.split("#")[0] == other.split("#")[0]
 
 
 def _attempt() -> int:
@@ -350,3 +248,20 @@ def _not_performed(call: ToolInput, reason: str, message: str, retryable: bool =
 
 def _read_error(call: ToolInput, reason: str, message: str) -> ToolResult:
     return ToolResult(tool=call.tool, reason=reason, message=message, attempt=_attempt())
+
+
+def _metadata(obj: Any) -> dict[str, str]:
+    return obj.metadata.to_dict() if obj.metadata is not None else {}
+
+
+def _refund_effect(refund: Any, order_id: str) -> ProviderEffect:
+    item_id = _metadata(refund).get("item_id")
+    resources = (item_resource(order_id, item_id), order_resource(order_id)) if item_id else (order_resource(order_id),)
+    return ProviderEffect(ref=refund.id, amount_cents=refund.amount, intent_key=_metadata(refund).get(KEY_FIELD),
+                          resources=resources, status=refund.status)
+
+
+def _payment_effect(payment: Any) -> ProviderEffect:
+    invoice_id = _metadata(payment).get("invoice_id")
+    return ProviderEffect(ref=payment.id, amount_cents=payment.amount, intent_key=_metadata(payment).get(KEY_FIELD),
+                          resources=(invoice_resource(invoice_id),) if invoice_id else (), status=payment.status)

@@ -36,9 +36,18 @@ class Settings(BaseSettings):
     stripe_api_base: str = "http://127.0.0.1:8420"
     stripe_timeout_seconds: float = Field(default=5.0, gt=0)
     stripe_sdk_retries: int = Field(default=2, ge=0, le=5)
+    stripe_honours_keys: bool = Field(default=False, description="the provider dedupes by idempotency key (Stripe"
+                                      " does); false is the safe default: an ambiguous send waits out its horizon")
+    stripe_processing_window_seconds: float = Field(default=30.0, ge=0, description="how long after the client gave"
+                                                    " up a request may still land at the provider")
+    effect_lease_seconds: float = Field(default=5.0, gt=0, description="how long after its claim an attempt may"
+                                        " still start its request")
     agent_db_path: Path = PROJECT_ROOT / ".local" / "agent.db"
     database_url: SecretStr | None = Field(default=None, description="postgresql+psycopg://...; SQLite file if unset")
-    approval_ceiling_cents: int = Field(default=15000, ge=0)
+    approval_ceiling_cents: int = Field(default=15000, ge=0, description="refunds of a task, an item or an order"
+                                        " above this in total wait for a human")
+    payment_approval_ceiling_cents: int | None = Field(default=None, ge=0, description="supplier payments above"
+                                                       " this wait for a human; unset: no ceiling")
     model_backend: Literal["scripted", "openai", "anthropic"] = "scripted"
     model_name: str | None = Field(default=None, description="the provider's model id; required unless scripted")
     model_timeout_seconds: float = Field(default=100.0, gt=0, le=115, description="one request; under the "

@@ -44,6 +44,7 @@ def settings(stack: Stack, tmp_path: Path) -> Settings:
         temporal_address=stack.address, task_queue=f"tq-{uuid.uuid4().hex[:12]}",
         stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
         agent_db_path=tmp_path / "agent.db", stripe_timeout_seconds=5.0,
+        stripe_processing_window_seconds=1.0, effect_lease_seconds=2.0,
     )
 
 
@@ -69,6 +70,8 @@ def worker_env(settings: Settings) -> dict[str, str]:
         "TEMPORAL_ADDRESS": settings.temporal_address, "TASK_QUEUE": settings.task_queue,
         "STRIPE_API_BASE": settings.stripe_api_base, "STRIPE_API_KEY": STRIPE_API_KEY,
         "AGENT_DB_PATH": str(settings.agent_db_path),
+        "STRIPE_PROCESSING_WINDOW_SECONDS": str(settings.stripe_processing_window_seconds),
+        "EFFECT_LEASE_SECONDS": str(settings.effect_lease_seconds),
     }
 
 

@@ -110,13 +110,15 @@ async def test_negative_control_unsafe_tool_pays_twice(mode, client: Client, fas
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800, 11800]
 
 
-# fault -> (the first ask's outcome, answers until settled); unknown outcomes wait for a human
+# fault -> (the first ask's outcome, answers until settled); unknown outcomes wait for a human.
+# A 500 or a dropped connection before the provider committed looks, to the client, like one after:
+# the call waits out the request's settle horizon, finds nothing, and sends once more itself.
 FAULTS = {
     "timeout-after-accept": (Outcome.PERFORMED, 1),
     "error-after-commit": (Outcome.PERFORMED, 1),
     "drop-after-commit": (Outcome.PERFORMED, 1),
-    "error-before-commit": (Outcome.NOT_PERFORMED, 2),
-    "drop-before-commit": (Outcome.NOT_PERFORMED, 2),
+    "error-before-commit": (Outcome.PERFORMED, 1),
+    "drop-before-commit": (Outcome.PERFORMED, 1),
     "conflict-before-commit": (Outcome.PERFORMED, 1),
     "unverifiable": (Outcome.UNKNOWN, 2),
     "slow-lookup": (Outcome.UNKNOWN, 2),

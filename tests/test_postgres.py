@@ -60,8 +60,8 @@ def test_migrations_create_the_schema_and_are_idempotent(pg_url: str):
         tables = {r["table_name"] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'").fetchall()}
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()["version_num"]
-    assert {"effects", "orders", "outbox", "alerts", "dead_letters", "reconciliations"} <= tables
-    assert version == "0001"
+    assert {"effects", "orders", "outbox", "alerts", "dead_letters", "reconciliations", "budgets", "holds"} <= tables
+    assert version == "0002"
 
 
 def _claim_many(url: str, key: str, threads: int, go, results) -> None:

@@ -1,0 +1,302 @@
+"""The effect protocol: a side effect at a provider at most once per intent and per budget.
+
+    read -> claim -> fence -> send -> settle
+
+read    the provider's own records for the resource (one list call: read-after-write
+        consistent). The intent's key found there means performed, whatever the ledger says.
+claim   in one ledger transaction: the intent row (a fencing token), the amount held against
+        each business resource, the approval ceiling over totals (activities/ledger.py).
+fence   a request leaves only before the attempt's send-by time (activities/payments.py):
+        a process paused between claim and send that wakes up late sends nothing.
+send    one request carrying the intent key as idempotency key and in metadata.
+settle  performed / not_performed / unknown, written under the attempt's fence.
+
+What a provider promises decides what an ambiguous send (timeout, dropped connection, 5xx)
+costs. Where it honours idempotency keys, resending the same key is safe: verify, then retry
+at once. Where it does not, no second request for an intent leaves while an earlier one may
+still land: the earlier one's settle horizon (its send-by time plus the request timeout plus the
+provider's processing window) must pass first; then the provider is asked again. Found:
+performed. Not found: nothing will land, and this attempt may send. Cannot say on the last
+attempt: unknown, and a human decides.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable
+
+import stripe
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.faults import crash_point
+from activities.ledger import (
+    Busy,
+    Claimed,
+    Doubtful,
+    Effect,
+    EffectLedger,
+    Hold,
+    NeedsApproval,
+    OverBudget,
+    Request,
+    Settled,
+)
+from activities.payments import NotSent, send_before
+from core.models import Outcome, ToolInput, ToolResult
+
+AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError)
+
+
+@dataclass(frozen=True)
+class ProviderTerms:
+    """What the provider promises, from configuration; the safe default assumes no key dedupe."""
+
+    honours_keys: bool = False
+    request_timeout_seconds: float = 5.0
+    processing_window_seconds: float = 30.0
+    lease_seconds: float = 5.0
+
+    def horizon(self, send_by: float) -> float:
+        """After this, no request that left before `send_by` can still land."""
+        return send_by + self.request_timeout_seconds + self.processing_window_seconds
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of one tool call: the call (workflow run, activity) and Temporal's attempt number."""
+
+    call: str
+    number: int
+    last: bool
+
+    @classmethod
+    def current(cls) -> "Attempt":
+        info = activity.info()
+        limit = info.retry_policy.maximum_attempts if info.retry_policy else 1
+        return cls(f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}", info.attempt,
+                   bool(limit) and info.attempt >= limit)
+
+
+@dataclass(frozen=True)
+class ProviderEffect:
+    """The provider's record of one effect (a refund, a payment) and the resources it consumed."""
+
+    ref: str
+    amount_cents: int
+    intent_key: str | None
+    resources: tuple[str, ...]
+    status: str
+
+
+@dataclass(frozen=True)
+class MoneyIntent:
+    """One money effect as a tool declares it: the call, what it holds, how to read and send it.
+
+    The first hold is the intent's subject (the item, the invoice): when an earlier effect
+    already used all of it, the call is answered already_performed with that effect.
+    """
+
+    call: ToolInput
+    amount_cents: int
+    holds: tuple[Hold, ...]
+    records: Callable[[], list[ProviderEffect]]
+    send: Callable[[], ProviderEffect]
+    ceiling_cents: int | None = None
+
+
+class Effects:
+    def __init__(self, ledger: EffectLedger, terms: ProviderTerms) -> None:
+        self._ledger = ledger
+        self._terms = terms
+
+    def perform(self, intent: MoneyIntent) -> ToolResult:
+        """The one path of every money tool. Raises only to let Temporal retry this same call."""
+        attempt = Attempt.current()
+        records = self._read(intent, attempt, "before sending")
+        if isinstance(records, ToolResult):
+            return records
+        mine = _match(records, intent.call.intent_key)
+        if mine is not None:
+            return self._found(intent.call, attempt, mine, "found at the provider before sending")
+        now = time.time()
+        send_by = now + self._terms.lease_seconds
+        claim = self._ledger.claim(Request(
+            intent_key=intent.call.intent_key, task_id=intent.call.task_id, tool=intent.call.tool,
+            arguments=intent.call.arguments, owner=attempt.call, attempt=attempt.number,
+            amount_cents=intent.amount_cents, holds=intent.holds, lease_until=send_by,
+            horizon=self._terms.horizon(send_by), ceiling_cents=intent.ceiling_cents,
+            approved=intent.call.approval is not None and intent.call.approval.intent_key == intent.call.intent_key,
+            external_cents=self._external(records), takeover_after_lease=self._terms.honours_keys), now)
+        if isinstance(claim, Settled):
+            return self._answer_from_ledger(intent.call, attempt, claim.effect)
+        if isinstance(claim, Doubtful):
+            return _unknown(intent.call, attempt, "in_doubt", "an earlier attempt's outcome is unknown")
+        if isinstance(claim, Busy):
+            return self._wait(intent.call, attempt, claim.effect, claim.until,
+                              "another attempt holds this intent and its request may still land")
+        if isinstance(claim, OverBudget):
+            return self._over_budget(intent, attempt, claim)
+        if isinstance(claim, NeedsApproval):
+            return _not_performed(intent.call, attempt, "approval_required",
+                                  f"refunded in total with this call, {claim.scope} would reach {claim.total_cents} "
+                                  f"cents, over the {claim.ceiling_cents} cents approval ceiling")
+        return self._send(intent, attempt, claim)
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _send(self, intent: MoneyIntent, attempt: Attempt, claim: Claimed) -> ToolResult:
+        effect = claim.effect
+        if claim.previous is not None and claim.previous.status == "intent":
+            # Taken over from an attempt whose horizon has passed: whatever it sent has landed by now.
+            records = self._read(intent, attempt, "after taking the intent over")
+            if isinstance(records, ToolResult):
+                return records
+            mine = _match(records, intent.call.intent_key)
+            if mine is not None:
+                return self._found(intent.call, attempt, mine, "an earlier attempt's request landed")
+        crash_point(f"{intent.call.tool}:before_provider")
+        try:
+            with send_before(effect.lease_until):
+                sent = intent.send()
+        except NotSent as err:
+            self._ledger.not_performed(effect, {"reason": "not_sent", "message": str(err)})
+            raise ApplicationError(str(err), type="NotSent") from None
+        except AMBIGUOUS as err:
+            return self._after_ambiguous(intent, attempt, effect, describe(err))
+        except stripe.StripeError as err:
+            message = str(err.user_message or describe(err))
+            self._ledger.not_performed(effect, {"reason": "provider_rejected", "message": message})
+            return _not_performed(intent.call, attempt, "provider_rejected", message)
+        crash_point(f"{intent.call.tool}:after_provider")
+        self._ledger.performed(effect, sent.ref, sent.amount_cents, {"status": sent.status})
+        return _performed(intent.call, attempt, Outcome.PERFORMED, sent.ref, sent.amount_cents,
+                          {"status": sent.status})
+
+    def _after_ambiguous(self, intent: MoneyIntent, attempt: Attempt, effect: Effect, error: str) -> ToolResult:
+        """The request may or may not have landed: ask, never guess, never resend blind."""
+        try:
+            mine = _match(intent.records(), intent.call.intent_key)
+        except stripe.StripeError as err:
+            mine, error = None, f"{error}; the lookup failed: {describe(err)}"
+        if mine is not None:
+            return self._found(intent.call, attempt, mine, error)
+        if not self._terms.honours_keys:
+            # Not found means nothing yet: the request may still be on its way to the provider.
+            return self._wait(intent.call, attempt, effect, effect.horizon,
+                              f"{error}; the request may still land until its settle horizon")
+        if attempt.last:
+            self._ledger.unknown(effect, {"reason": "unverified", "message": error})
+            return _unknown(intent.call, attempt, "unverified", f"{error}; the provider shows no effect yet")
+        self._ledger.release(effect)  # the same key again is safe: the provider dedupes it
+        raise ApplicationError(f"{error}; not found yet; resending the same key", type="OutcomeUnverified")
+
+    def _wait(self, call: ToolInput, attempt: Attempt, effect: Effect, until: float, why: str) -> ToolResult:
+        """Let Temporal run this call again once `until` has passed; on the last attempt, unknown."""
+        if attempt.last:
+            self._ledger.unknown(effect, {"reason": "unsettled", "message": why})
+            return _unknown(call, attempt, "unsettled", why)
+        delay = max(0.5, until - time.time() + 0.25)
+        raise ApplicationError(f"{why}; asking the provider again in {delay:.1f} s", type="OutcomeUnverified",
+                               next_retry_delay=timedelta(seconds=delay))
+
+    def _read(self, intent: MoneyIntent, attempt: Attempt, when: str) -> list[ProviderEffect] | ToolResult:
+        try:
+            return intent.records()
+        except stripe.StripeError as err:
+            why = f"could not read the provider's records {when}: {describe(err)}"
+        if not attempt.last:
+            raise ApplicationError(why, type="OutcomeUnverified")
+        effect = self._ledger.get(intent.call.intent_key)
+        if effect is None or effect.status == "not_performed":
+            return _not_performed(intent.call, attempt, "provider_unavailable", why, retryable=True)
+        if effect.status == "performed":
+            return self._answer_from_ledger(intent.call, attempt, effect)
+        if effect.status == "intent":
+            self._ledger.unknown(effect, {"reason": "unverifiable", "message": why})
+        return _unknown(intent.call, attempt, "unverifiable", why)
+
+    def _found(self, call: ToolInput, attempt: Attempt, found: ProviderEffect, how: str) -> ToolResult:
+        before = self._ledger.get(call.intent_key)
+        effect = self._ledger.found(call.intent_key, found.ref, found.amount_cents,
+                                    {"status": found.status, "verified_by": "lookup"})
+        mine = before is None or before.owner == attempt.call
+        outcome = Outcome.PERFORMED if mine and (effect is None or effect.provider_ref == found.ref) \
+            else Outcome.ALREADY_PERFORMED
+        return _performed(call, attempt, outcome, found.ref, found.amount_cents,
+                          {"status": found.status, "verified_by": "lookup", "after": how})
+
+    def _answer_from_ledger(self, call: ToolInput, attempt: Attempt, effect: Effect) -> ToolResult:
+        outcome = Outcome.PERFORMED if effect.owner == attempt.call else Outcome.ALREADY_PERFORMED
+        return _performed(call, attempt, outcome, effect.provider_ref or "", effect.amount_cents or 0,
+                          {"source": "ledger", **effect.detail})
+
+    def _over_budget(self, intent: MoneyIntent, attempt: Attempt, claim: OverBudget) -> ToolResult:
+        call = intent.call
+        if claim.in_flight:
+            if attempt.last:
+                return _not_performed(call, attempt, "budget_in_flight",
+                                      f"another intent on {claim.resource} is still in flight", retryable=True)
+            raise ApplicationError(f"another intent on {claim.resource} is in flight", type="BudgetInFlight",
+                                   next_retry_delay=timedelta(seconds=1))
+        if claim.in_doubt:
+            return _not_performed(call, attempt, "budget_in_doubt",
+                                  f"an earlier intent on {claim.resource} has an unknown outcome; a human decides it "
+                                  "first")
+        earlier = [{"provider_ref": h.provider_ref, "amount_cents": h.amount_cents, "task_id": h.task_id}
+                   for h in claim.holders if h.status == "performed"]
+        if claim.available_cents == 0 and claim.resource == intent.holds[0].resource:
+            total = sum(e["amount_cents"] or 0 for e in earlier) + claim.external_cents
+            return ToolResult(
+                tool=call.tool, outcome=Outcome.ALREADY_PERFORMED, intent_key=call.intent_key, attempt=attempt.number,
+                reason="done_earlier",
+                message=f"{claim.resource} was already used in full ({total} of {claim.limit_cents} cents) by "
+                        "earlier effects; nothing was sent",
+                data={"provider_ref": earlier[0]["provider_ref"] if earlier else None, "amount_cents": total,
+                      "earlier": earlier, "external_cents": claim.external_cents, "resource": claim.resource})
+        return _not_performed(call, attempt, "exceeds_budget",
+                              f"{claim.resource} has {claim.available_cents} of {claim.limit_cents} cents left",
+                              data={"available_cents": claim.available_cents, "earlier": earlier,
+                                    "resource": claim.resource})
+
+    def _external(self, records: list[ProviderEffect]) -> dict[str, int]:
+        """Amounts the provider holds under no live intent of ours: they use up the budgets too."""
+        live = self._ledger.live_keys([r.intent_key for r in records if r.intent_key])
+        external: dict[str, int] = {}
+        for record in records:
+            if record.intent_key in live or record.status not in ("succeeded", "pending"):
+                continue
+            for resource in record.resources:
+                external[resource] = external.get(resource, 0) + record.amount_cents
+        return external
+
+
+def describe(err: stripe.StripeError) -> str:
+    """A short name for a provider error: `ReadTimeout`, `APIError 500`."""
+    if isinstance(err, stripe.APIConnectionError) and err.__cause__ is not None:
+        return type(err.__cause__).__name__
+    return f"{type(err).__name__} {err.http_status}" if err.http_status else type(err).__name__
+
+
+def _match(records: list[ProviderEffect], key: str | None) -> ProviderEffect | None:
+    return next((r for r in records if key and r.intent_key == key), None)
+
+
+def _performed(call: ToolInput, attempt: Attempt, outcome: Outcome, ref: str, amount: int,
+               detail: dict) -> ToolResult:
+    return ToolResult(tool=call.tool, outcome=outcome, intent_key=call.intent_key, attempt=attempt.number,
+                      data={"provider_ref": ref, "amount_cents": amount, **detail})
+
+
+def _not_performed(call: ToolInput, attempt: Attempt, reason: str, message: str, retryable: bool = False,
+                   data: dict | None = None) -> ToolResult:
+    return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, intent_key=call.intent_key, reason=reason,
+                      message=message, retryable=retryable, attempt=attempt.number, data=data or {})
+
+
+def _unknown(call: ToolInput, attempt: Attempt, reason: str, why: str) -> ToolResult:
+    return ToolResult(tool=call.tool, outcome=Outcome.UNKNOWN, intent_key=call.intent_key, reason=reason,
+                      message=f"{why}. It may have happened: do not retry; a human must check.",
+                      retryable=False, attempt=attempt.number)
