@@ -50,6 +50,10 @@ from worker import build_worker
 __all__ = ["Run", "Runner"]
 
 CLIENT_TIMEOUT = 1.0  # seconds: a timeout after accept costs two
+# How long a request may still land after the client gave up, and how long after its claim an attempt
+# may still send: short, so an ambiguous send waits out its horizon in seconds (production: settings).
+PROCESSING_WINDOW = 1.0
+EFFECT_LEASE = 2.0
 _RPC = timedelta(seconds=10)
 
 
@@ -104,7 +108,8 @@ class Runner:
         return Settings(temporal_address=self.stack.address, task_queue=task_queue,
                         stripe_api_base=self.stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
                         agent_db_path=self.stack.agent_db, database_url=None, payload_encryption_key=None,
-                        stripe_timeout_seconds=CLIENT_TIMEOUT, reconcile_every_minutes=0,
+                        stripe_timeout_seconds=CLIENT_TIMEOUT, stripe_processing_window_seconds=PROCESSING_WINDOW,
+                        effect_lease_seconds=EFFECT_LEASE, reconcile_every_minutes=0,
                         temporal_ui_url=self.stack.ui_url or "")
 
     async def run(self, tickets: list[Ticket], conditions: list[Condition], columns: list[Column],
@@ -189,6 +194,7 @@ class Runner:
         marker = logs / f"{task.task_id}.struck"
         env = {**self.stack.env(), **self.worker_env, "TASK_QUEUE": settings.task_queue,
                "STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "RECONCILE_EVERY_MINUTES": "0",
+               "STRIPE_PROCESSING_WINDOW_SECONDS": str(PROCESSING_WINDOW), "EFFECT_LEASE_SECONDS": str(EFFECT_LEASE),
                "DATABASE_URL": "", "PAYLOAD_ENCRYPTION_KEY": "", "MODEL_BACKEND": "scripted",
                variable: point, "CRASH_MARKER": str(marker)}
         first = _ColumnWorker(env, logs / f"{task.task_id}.log", column.spec)
