@@ -55,6 +55,7 @@ class Check:
     ok: bool
     cell: str
     detail: str = ""
+    paid_twice: bool = False  # effects only: an intent met more than once at the provider
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Grade:
 
     @property
     def pays_twice(self) -> bool:
-        return not self.checks["effects"].ok and "twice" in self.checks["effects"].detail
+        return self.checks["effects"].paid_twice
 
     @property
     def lost(self) -> bool:
@@ -108,6 +109,7 @@ def _effects(expect: Expect, seen: Observed, exact: bool) -> Check:
     """Provider effects per business intent: each expected refund (item) or payment 0, 1 or more times."""
     problems: list[str] = []
     cells: list[str] = []
+    twice = False
     if expect.refunds or seen.refunds:
         by_item: dict[str, list[dict]] = {}
         amounts = {r.amount_cents: r.item_id for r in expect.refunds}
@@ -118,7 +120,8 @@ def _effects(expect: Expect, seen: Observed, exact: bool) -> Check:
             got = by_item.pop(want.item_id, [])
             cells.append(f"{want.item_id}:{len(got)}")
             if len(got) > 1:
-                problems.append(f"{want.item_id} refunded {len(got)} times (twice or more): "
+                twice = True
+                problems.append(f"{want.item_id} refunded {len(got)} times: "
                                 f"{[r['id'] for r in got]}")
             elif exact and len(got) == 0:
                 problems.append(f"{want.item_id} not refunded")
@@ -133,14 +136,15 @@ def _effects(expect: Expect, seen: Observed, exact: bool) -> Check:
         if not want:
             problems.append(f"unexpected payments: {[(p['id'], p['amount_cents']) for p in seen.payments]}")
         elif len(seen.payments) > want:
-            problems.append(f"paid {len(seen.payments)} times (twice or more): {[p['id'] for p in seen.payments]}")
+            twice = True
+            problems.append(f"paid {len(seen.payments)} times: {[p['id'] for p in seen.payments]}")
         elif exact and len(seen.payments) < want:
             problems.append(f"paid {len(seen.payments)} of {want}")
         expected = sorted(p.amount_cents for p in expect.payments)
         got = sorted(p["amount_cents"] for p in seen.payments)
         if exact and len(got) == len(expected) and got != expected:
             problems.append(f"paid {got}, expected {expected}")
-    return Check(not problems, " ".join(cells) or "none", "; ".join(problems))
+    return Check(not problems, " ".join(cells) or "none", "; ".join(problems), paid_twice=twice)
 
 
 def _ledger(seen: Observed) -> Check:
