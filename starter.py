@@ -7,7 +7,9 @@
     python starter.py batch 20                     # N generated refund tickets
     python starter.py status ticket-SU-88421       # the checkpoint of a task
     python starter.py list --status awaiting_human # tasks waiting for a person
-    python starter.py resolve ticket-SU-88421 approve --by alice@example.com
+    python starter.py keygen alice@example.com --out alice.pem   # an approver's key pair
+    python starter.py resolve ticket-SU-88421 approve --by alice@example.com --key-file alice.pem
+    python starter.py sign ticket-SU-88421 approve --by alice@example.com --key-file alice.pem  # for the Web UI
     python starter.py redrive ticket-SU-88421      # a dead letter, again; done effects not repeated
     python starter.py seed                         # orders and payees at the provider
 """
@@ -20,14 +22,17 @@ import json
 import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import stripe
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from activities.authority import load_key_file, new_key_file, public_key_text, sign
 from infra import connection
 from activities.db import Database
 from activities.model import ModelConfigError
@@ -88,9 +93,8 @@ async def start_task(client: Client, settings: Settings, task: TaskInput) -> Wor
 
     A completed task is never run again by a plain start (redrive is explicit); a failed or
     terminated one may be, and its intent keys make the done steps come back already_performed.
+    Approvers, ceilings and the escalation deadline are the worker's, not the starter's.
     """
-    task = task.model_copy(update={"escalation_timeout_seconds": settings.escalation_timeout_seconds,
-                                   "approvers": task.approvers or settings.approver_list})
     try:
         return await client.start_workflow(
             WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,
@@ -114,7 +118,7 @@ async def follow(handle: WorkflowHandle, show: bool) -> TaskResult:
                 if wait is not None and seen.get("#wait") != wait.intent_key:
                     seen["#wait"] = wait.intent_key
                     print(f"  {cp.task_id}  waits for a human: {wait.reason} on {wait.tool} ({wait.detail})\n"
-                          f"      decide: python starter.py resolve {cp.task_id} {wait.allowed[0]} --by you@example.com"
+                          f"      decide: python starter.py resolve {cp.task_id} {wait.allowed[0]} --by YOU --key-file YOU.pem"
                           f"   (allowed: {', '.join(wait.allowed)}; deadline {wait.deadline})", flush=True)
                 for name, step in cp.steps.items():
                     line = f"{step.status}{' ' + step.outcome if step.outcome else ''}"
@@ -256,24 +260,67 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
-    """Decide on the call a task waits for, through the `decide` Update, and print the answer."""
-    client = await connect(settings)
-    handle = client.get_workflow_handle(args.task_id)
+async def signed_decision(args: argparse.Namespace, client: Client | None) -> ResolveInput:
+    """The decision the options describe, for the call the task waits for, signed with --key-file."""
     try:
-        cp = await handle.query("checkpoint", result_type=Checkpoint)
+        key = load_key_file(args.key_file)
+    except ValueError as err:
+        raise StarterError(str(err)) from None
+    intent_key = args.key
+    if intent_key is None:
+        if client is None:
+            raise StarterError("--key is needed when Temporal is not asked which call the task waits for")
+        cp = await query_checkpoint(client, args.task_id)
+        if cp.waiting_for is None:
+            raise StarterError(f"{args.task_id} is {cp.state}, not waiting for a decision")
+        intent_key = cp.waiting_for.intent_key
+    try:
+        decision = ResolveInput(task_id=args.task_id, intent_key=intent_key, decision=args.decision,
+                                decided_by=args.by, note=args.note, provider_ref=args.provider_ref)
+    except ValidationError as err:
+        raise StarterError(f"bad decision: {err.errors()[0]['msg']}") from None
+    return sign(decision, key, timedelta(minutes=args.valid_for))
+
+
+async def query_checkpoint(client: Client, task_id: str) -> Checkpoint:
+    try:
+        return await client.get_workflow_handle(task_id).query("checkpoint", result_type=Checkpoint)
     except RPCError as err:
-        raise StarterError(f"no task {args.task_id}: {err.message}") from None
-    key = args.key or (cp.waiting_for.intent_key if cp.waiting_for else None)
-    if key is None:
-        raise StarterError(f"{args.task_id} is {cp.state}, not waiting for a decision")
-    decision = ResolveInput(intent_key=key, decision=args.decision, decided_by=args.by, note=args.note,
-                            provider_ref=args.provider_ref)
+        raise StarterError(f"no task {task_id}: {err.message}") from None
+
+
+async def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
+    """Sign a decision on the call a task waits for and send it through the `decide` Update."""
+    client = await connect(settings)
+    decision = await signed_decision(args, client)
+    handle = client.get_workflow_handle(args.task_id)
     try:
         receipt = await handle.execute_update("decide", decision, result_type=DecisionReceipt)
     except WorkflowUpdateFailedError as err:
-        raise StarterError(f"decision refused: {getattr(err.cause, 'message', err.cause)}") from None
+        raise StarterError(f"decision not applied: {getattr(err.cause, 'message', err.cause)}") from None
+    except RPCError as err:
+        raise StarterError(f"no task {args.task_id}: {err.message}") from None
     print(f"{args.task_id}: {receipt.decision} on {receipt.intent_key} by {receipt.decided_by}; now {receipt.state}")
+    return 0
+
+
+async def cmd_sign(args: argparse.Namespace, settings: Settings) -> int:
+    """Print a signed decision as JSON: paste it into the Web UI's Send a Signal form (`resolve`)."""
+    client = None if args.key else await connect(settings)
+    print((await signed_decision(args, client)).model_dump_json(indent=2))
+    return 0
+
+
+async def cmd_keygen(args: argparse.Namespace, settings: Settings) -> int:
+    """A new approver key pair: the private key to a file, the worker's APPROVERS entry to stdout."""
+    try:
+        key = new_key_file(args.out)
+    except FileExistsError:
+        raise StarterError(f"{args.out} exists; keys are never overwritten") from None
+    except OSError as err:
+        raise StarterError(f"cannot write {args.out}: {err.strerror}") from None
+    print(f"private key: {args.out} (keep it to yourself; it signs your decisions)")
+    print(f"add to the worker's APPROVERS (comma-separated): {args.name}={public_key_text(key)}")
     return 0
 
 
@@ -378,14 +425,22 @@ def parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="print a task's checkpoint")
     st.add_argument("task_id")
     st.set_defaults(run=cmd_status)
-    r = sub.add_parser("resolve", help="decide on the call a task waits for (an Update, with an answer)")
-    r.add_argument("task_id")
-    r.add_argument("decision", choices=["approve", "reject", "mark_performed", "mark_not_performed", "abort"])
-    r.add_argument("--by", required=True, help="who decides (recorded in the history)")
-    r.add_argument("--note", default="")
-    r.add_argument("--key", help="intent key of the call (default: the one the task waits for)")
-    r.add_argument("--provider-ref", help="the provider's id of the effect, for mark_performed")
-    r.set_defaults(run=cmd_resolve)
+    for name, run, text in (("resolve", cmd_resolve, "sign a decision on the call a task waits for and send it"),
+                            ("sign", cmd_sign, "print a signed decision, for the Web UI's signal form")):
+        r = sub.add_parser(name, help=text)
+        r.add_argument("task_id")
+        r.add_argument("decision", choices=["approve", "reject", "mark_performed", "mark_not_performed", "abort"])
+        r.add_argument("--by", required=True, help="the approver's name, as in the worker's APPROVERS")
+        r.add_argument("--key-file", required=True, type=Path, help="the approver's private key (starter.py keygen)")
+        r.add_argument("--note", default="")
+        r.add_argument("--key", help="intent key of the call (default: the one the task waits for)")
+        r.add_argument("--provider-ref", help="the provider's id of the effect, for mark_performed")
+        r.add_argument("--valid-for", type=float, default=60, metavar="MINUTES", help="the signature's lifetime")
+        r.set_defaults(run=run)
+    kg = sub.add_parser("keygen", help="create an approver's key pair")
+    kg.add_argument("name", help="the approver's name, e.g. alice@example.com")
+    kg.add_argument("--out", required=True, type=Path, help="file for the private key (created, mode 600)")
+    kg.set_defaults(run=cmd_keygen)
     rd = sub.add_parser("redrive", help="start a dead-lettered task again; done effects are not repeated")
     rd.add_argument("task_id")
     rd.add_argument("--force", action="store_true", help="also redrive a completed task")

@@ -16,6 +16,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
+from activities.authority import AuthorityActivities, public_key_from
 from activities.effects import ProviderTerms
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
@@ -95,6 +96,11 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     replaced = {activity_name(fn) for fn in replace}
     activities = [a for a in activities if activity_name(a) not in replaced] + list(replace)
     model = ModelActivities(backend or model_backend(settings))
+    authority = AuthorityActivities(
+        db, {name: public_key_from(key) for name, key in settings.approver_keys.items()},
+        refund_ceiling_cents=settings.approval_ceiling_cents,
+        payment_ceiling_cents=settings.payment_approval_ceiling_cents,
+        escalation_timeout_seconds=settings.escalation_timeout_seconds, disabled_tools=settings.disabled_tool_set)
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
     return Worker(
@@ -102,8 +108,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         task_queue=task_queue or settings.task_queue,
         workflows=[workflow_class, ReconcileWorkflow],
         max_cached_workflows=max_cached_workflows,
-        activities=[*activities, *operations.activities(), ReconcileActivities(db, gateway).reconcile_ledger,
-                    model.model_turn],
+        activities=[*activities, *operations.activities(), *authority.activities(),
+                    ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn],
         interceptors=[WorkerInterceptor()],
         **{"max_concurrent_activities": 100, "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
            "graceful_shutdown_timeout": timedelta(seconds=5), **worker_options},

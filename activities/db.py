@@ -93,6 +93,17 @@ class Database:
         with self.engine.begin() as conn:
             yield _Session(conn)
 
+    @contextmanager
+    def exclusive(self, name: str) -> Iterator[_Session]:
+        """A transaction that no other `exclusive(name)` runs beside, in any process.
+
+        SQLite's write lock is already exclusive; PostgreSQL takes a transaction advisory lock.
+        """
+        with self.connect() as conn:
+            if not self.is_sqlite:
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(:name))", {"name": name})
+            yield conn
+
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
     cursor = dbapi_conn.cursor()

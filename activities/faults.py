@@ -1,9 +1,9 @@
-"""Injected worker crashes and pauses, for tests and demos: `CRASH_AT=issue_refund:after_provider`
-SIGKILLs the worker, `PAUSE_AT=issue_refund:before_provider` SIGSTOPs it (a paused process that
-may wake up later and go on, as a descheduled pod or a laptop lid does).
+"""Injected worker crashes, for tests and demos: `CRASH_AT=issue_refund:after_provider`.
 
-The worker does so the first time it reaches a named point, leaving a marker file
+The worker SIGKILLs itself the first time it reaches a named point, leaving a marker file
 so the restarted worker (started without CRASH_AT, or with the marker present) goes on.
+With CRASH_SIGNAL=SIGSTOP it pauses there instead, until someone sends it SIGCONT: a process
+that wakes up late.
 """
 
 from __future__ import annotations
@@ -12,17 +12,15 @@ import os
 import signal
 from pathlib import Path
 
-_SIGNALS = (("CRASH_AT", signal.SIGKILL), ("PAUSE_AT", signal.SIGSTOP))
-
 
 def crash_point(name: str) -> None:
-    for variable, sig in _SIGNALS:
-        if os.environ.get(variable) != name:
-            continue
-        marker = os.environ.get("CRASH_MARKER")
-        if marker:
-            path = Path(marker)
-            if path.exists():
-                return
-            path.write_text(name)
-        os.kill(os.getpid(), sig)
+    wanted = os.environ.get("CRASH_AT")
+    if not wanted or wanted != name:
+        return
+    marker = os.environ.get("CRASH_MARKER")
+    if marker:
+        path = Path(marker)
+        if path.exists():
+            return
+        path.write_text(name)
+    os.kill(os.getpid(), signal.Signals[os.environ.get("CRASH_SIGNAL", "SIGKILL")])

@@ -12,8 +12,10 @@ import functools
 from typing import Protocol
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.backends import ModelConfigError
+from activities.backends._errors import redact_url
 from activities.scripted import ScriptedModel
 from core.models import ModelReply, ModelTurnInput, ToolSchema
 from core.names import MODEL_TURN_ACTIVITY
@@ -81,7 +83,12 @@ class ModelActivities:
     async def model_turn(self, turn: ModelTurnInput) -> ModelReply:
         """One model turn; the worker's interceptor heartbeats while the provider thinks."""
         schemas = [_schema(name) for name in turn.tools if name in REGISTRY]
-        return await self._backend.reply(turn, schemas)
+        try:
+            return await self._backend.reply(turn, schemas)
+        except ApplicationError:
+            raise
+        except Exception as err:  # an unexpected error may quote a base URL with its password
+            raise ApplicationError(redact_url(f"{type(err).__name__}: {err}")[:500], type="ModelUnavailable") from None
 
 
 @functools.cache

@@ -100,9 +100,13 @@ class StripeGateway:
         except stripe.InvalidRequestError:
             return False
 
+    def payments(self) -> list[Any]:
+        """Every PaymentIntent of the account."""
+        return list(self._client.v1.payment_intents.list(params={"limit": 100}).auto_paging_iter())
+
     def payments_to(self, customer_id: str) -> list[Any]:
         """Our payments to a payee. Real Stripe filters by customer; localstripe lists all."""
-        page = self._client.v1.payment_intents.list(params={"limit": 100})
+        page = self._client.v1.payment_intents.list(params={"customer": customer_id, "limit": 100})
         return [p for p in page.auto_paging_iter() if p.customer == customer_id]
 
     def find_payment(self, customer_id: str, key: str) -> Any | None:

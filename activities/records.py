@@ -6,7 +6,10 @@ import json
 import time
 from dataclasses import dataclass
 
-from activities.db import Database
+from contextlib import nullcontext
+from typing import ContextManager
+
+from activities.db import Database, _Session
 from core.domain import Invoice, Order
 
 
@@ -37,30 +40,35 @@ class Records:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def put_order(self, order: Order, customer_ref: str, payment_intent_id: str) -> None:
-        with self._db.connect() as conn:
+    @property
+    def db(self) -> Database:
+        return self._db
+
+    def put_order(self, order: Order, customer_ref: str, payment_intent_id: str, conn: _Session | None = None
+                  ) -> None:
+        with _within(self._db, conn) as conn:
             conn.execute(
                 "INSERT INTO orders (order_id, body, customer_ref, payment_intent_id) VALUES (:id, :body, :cus, :pi)"
                 " ON CONFLICT (order_id) DO UPDATE SET body = excluded.body, customer_ref = excluded.customer_ref,"
                 " payment_intent_id = excluded.payment_intent_id",
                 {"id": order.order_id, "body": order.model_dump_json(), "cus": customer_ref, "pi": payment_intent_id})
 
-    def order(self, order_id: str) -> OrderRecord | None:
-        with self._db.connect() as conn:
+    def order(self, order_id: str, conn: _Session | None = None) -> OrderRecord | None:
+        with _within(self._db, conn) as conn:
             row = conn.execute("SELECT * FROM orders WHERE order_id = :id", {"id": order_id}).fetchone()
         if row is None:
             return None
         return OrderRecord(Order.model_validate_json(row["body"]), row["customer_ref"], row["payment_intent_id"])
 
-    def put_invoice(self, invoice: Invoice, customer_ref: str) -> None:
-        with self._db.connect() as conn:
+    def put_invoice(self, invoice: Invoice, customer_ref: str, conn: _Session | None = None) -> None:
+        with _within(self._db, conn) as conn:
             conn.execute("INSERT INTO invoices (invoice_id, body, customer_ref) VALUES (:id, :body, :cus)"
                          " ON CONFLICT (invoice_id) DO UPDATE SET body = excluded.body,"
                          " customer_ref = excluded.customer_ref",
                          {"id": invoice.invoice_id, "body": invoice.model_dump_json(), "cus": customer_ref})
 
-    def invoice(self, invoice_id: str) -> InvoiceRecord | None:
-        with self._db.connect() as conn:
+    def invoice(self, invoice_id: str, conn: _Session | None = None) -> InvoiceRecord | None:
+        with _within(self._db, conn) as conn:
             row = conn.execute("SELECT * FROM invoices WHERE invoice_id = :id", {"id": invoice_id}).fetchone()
         if row is None:
             return None
@@ -115,3 +123,8 @@ def upsert_confirmation(db: Database, task_id: str, order_id: str, text: str) ->
             "INSERT INTO confirmations (task_id, order_id, text, updated_at) VALUES (:task, :order, :text, :now)"
             " ON CONFLICT (task_id, order_id) DO UPDATE SET text = excluded.text, updated_at = excluded.updated_at",
             {"task": task_id, "order": order_id, "text": text, "now": time.time()})
+
+
+def _within(db: Database, conn: _Session | None) -> ContextManager[_Session]:
+    """The caller's transaction when it has one, else a new one."""
+    return nullcontext(conn) if conn is not None else db.connect()

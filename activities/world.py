@@ -22,7 +22,8 @@ class World:
         if record is None:
             return []
         return [{"id": r.id, "amount_cents": r.amount, "status": r.status,
-                 "intent_key": r.metadata.to_dict().get(KEY_FIELD)}
+                 "intent_key": r.metadata.to_dict().get(KEY_FIELD), "item_id": r.metadata.to_dict().get("item_id"),
+                 "task_id": r.metadata.to_dict().get("task_id")}
                 for r in self.gateway.refunds(record.payment_intent_id)]
 
     def payments(self, invoice_id: str) -> list[dict[str, Any]]:

@@ -16,16 +16,22 @@ MAX_ARGUMENT_CHARS = 20_000
 
 @dataclass(frozen=True)
 class Rejection:
-    """Why a call cannot run: `unknown_tool`, `malformed_arguments` or `invalid_arguments`."""
+    """Why a call cannot run: `unknown_tool`, `not_offered`, `malformed_arguments`, `invalid_arguments`
+    or `out_of_scope` (core/authority.py)."""
 
     reason: str
     message: str
 
 
-def validate_call(name: str, arguments: str | None) -> tuple[ToolSpec, dict[str, Any]] | Rejection:
+def validate_call(name: str, arguments: str | None,
+                  offered: list[str] | None = None) -> tuple[ToolSpec, dict[str, Any]] | Rejection:
+    """The tool and its validated arguments, or why not. `offered` are the task's tools (all if None)."""
     spec = REGISTRY.get(name)
+    tools = sorted(REGISTRY) if offered is None else sorted(offered)
     if spec is None:
-        return Rejection("unknown_tool", f"no tool named {name[:80]!r}; tools: {sorted(REGISTRY)}")
+        return Rejection("unknown_tool", f"no tool named {name[:80]!r}; tools: {tools}")
+    if name not in tools:
+        return Rejection("not_offered", f"{name} is not a tool of this task; tools: {tools}")
     text = arguments or "{}"
     if len(text) > MAX_ARGUMENT_CHARS:
         return Rejection("malformed_arguments", f"arguments are {len(text)} characters; at most {MAX_ARGUMENT_CHARS}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.kinds import TaskKind
 
 
 class ToolClass(StrEnum):
@@ -58,18 +60,26 @@ class ToolSchema(BaseModel):
 
 
 class TaskInput(BaseModel):
-    """Starts one agent task. `facts` come from our systems, never from the model."""
+    """Starts one agent task. `facts` come from our systems, never from the model.
+
+    Authority (approvers, ceilings, the escalation deadline, the tools) comes from the worker's
+    configuration; the optional fields below can only narrow it (core/authority.py `narrow`).
+    """
 
     task_id: str
     scenario: str
+    kind: TaskKind
     brief: str
     facts: dict[str, str] = Field(default_factory=dict)
     max_turns: int = 40
     model_options: dict[str, Any] = Field(default_factory=dict)
-    escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
+    escalation_timeout_seconds: int | None = Field(default=None, gt=0, description="narrows the worker's")
+    approvers: list[str] | None = Field(default=None, description="narrows the worker's approvers")
+    tools: list[str] | None = Field(default=None, description="narrows the kind's tools")
+    refund_ceiling_cents: int | None = Field(default=None, ge=0, description="narrows the worker's")
+    payment_ceiling_cents: int | None = Field(default=None, ge=0, description="narrows the worker's")
     max_asks_per_call: int = Field(default=3, gt=0, description="asks of one intent before a human decides")
     max_unusable_replies: int = Field(default=3, gt=0, description="replies in a row with no usable tool call")
-    approvers: list[str] = Field(default_factory=list, description="who may decide; empty means anyone")
     redrive_of: str | None = None
     window_messages: int = Field(default=40, ge=4, description="transcript messages sent to the model per turn")
     max_history_events: int = Field(default=4000, gt=0, description="continue as new past this many events")
@@ -83,13 +93,24 @@ EscalationReason = Literal["unknown_outcome", "approval_required", "attempts_exh
 
 
 class ResolveInput(BaseModel):
-    """A human decision on the one call named by its intent key."""
+    """A human decision on the one call named by its intent key, signed by an approver.
 
-    intent_key: str = Field(min_length=1)
+    The signature (Ed25519, base64) covers every other field (core/authority.py `signed_message`),
+    so it binds the decision to one task, one intent key and an expiry; the nonce makes it usable
+    once. Every field is bounded: nothing a sender writes can grow the checkpoint.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str = Field(default="", max_length=200)
+    intent_key: str = Field(min_length=1, max_length=200)
     decision: Decision
-    decided_by: str = Field(min_length=1)
-    note: str = ""
-    provider_ref: str | None = Field(default=None, description="required by mark_performed")
+    decided_by: str = Field(min_length=1, max_length=254)
+    note: str = Field(default="", max_length=1000)
+    provider_ref: str | None = Field(default=None, max_length=200, description="required by mark_performed")
+    expires_at: str = Field(default="", max_length=40, description="ISO 8601 UTC, e.g. 2026-12-01T06:00:00Z")
+    nonce: str = Field(default="", max_length=64)
+    signature: str = Field(default="", max_length=200)
 
 
 class DecisionReceipt(BaseModel):
@@ -99,14 +120,18 @@ class DecisionReceipt(BaseModel):
     state: str
 
 
+DecisionStatus = Literal["applied", "ignored", "refused"]
+
+
 class DecisionRecord(BaseModel):
-    """Every decision received, applied or not, with who sent it."""
+    """A decision received, applied or not, with who sent it and why it was not applied."""
 
     received_at: str
-    status: Literal["applied", "ignored", "refused"]
+    via: Literal["signal", "update"] = "signal"
+    status: DecisionStatus
     why: str | None = None
     decision: ResolveInput | None = None
-    raw: str | None = None
+    raw: str | None = Field(default=None, description="the first characters of an unreadable payload")
 
 
 class Escalation(BaseModel):
@@ -125,6 +150,33 @@ class Escalation(BaseModel):
 class Approval(BaseModel):
     intent_key: str
     decided_by: str
+
+
+class Policy(BaseModel):
+    """A task's authority, from the worker's configuration, narrowed by the task input."""
+
+    kind: TaskKind
+    tools: list[str]
+    approvers: list[str]
+    refund_ceiling_cents: int
+    payment_ceiling_cents: int | None = Field(description="None: the deployment sets no payment ceiling")
+    escalation_timeout_seconds: int
+    parties: list[str] = Field(default_factory=list, description="addresses a message may go to")
+
+
+class PolicyInput(BaseModel):
+    task_id: str
+    kind: TaskKind
+    facts: dict[str, str]
+
+
+class VerifyInput(BaseModel):
+    decision: ResolveInput
+
+
+class Verdict(BaseModel):
+    valid: bool
+    why: str | None = None
 
 
 class AlertInput(BaseModel):
@@ -217,7 +269,9 @@ class Step(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     result: dict[str, Any] = Field(default_factory=dict)
     reason: str | None = None
-    trail: list[str] = Field(default_factory=list, description="one line per time the model asked")
+    asks: int = Field(default=0, description="times the model asked for this call")
+    unsettled_asks: int = Field(default=0, description="asks not answered performed or already_performed")
+    trail: list[str] = Field(default_factory=list, description="for people: one line per answer")
 
 
 class Checkpoint(BaseModel):
@@ -229,7 +283,10 @@ class Checkpoint(BaseModel):
     final_answer: str | None = None
     waiting_for: Escalation | None = None
     escalations: int = 0
-    decisions: list[DecisionRecord] = Field(default_factory=list)
+    policy: Policy | None = None
+    decisions: list[DecisionRecord] = Field(default_factory=list, description="the latest decisions received")
+    decision_counts: dict[str, int] = Field(default_factory=dict, description="all decisions received, by status")
+    used_nonces: list[str] = Field(default_factory=list, description="nonces of applied decisions")
     dead_letter_reason: str | None = None
     alert_failures: list[str] = Field(default_factory=list)
     runs: int = Field(default=1, description="runs of this task, counting continue-as-new")

@@ -48,3 +48,6 @@ POLICY_BY_CLASS = {
 TOOL_START_TO_CLOSE = timedelta(seconds=60)
 TOOL_HEARTBEAT = timedelta(seconds=2)
 MODEL_START_TO_CLOSE = timedelta(seconds=120)
+
+# Alerts, dead letters, human decisions on the ledger, the task's policy, a signature check.
+OPS_START_TO_CLOSE = timedelta(seconds=30)

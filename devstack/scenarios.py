@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.domain import Invoice, Item, Order
+from core.kinds import TaskKind
 from core.models import TaskInput
 
 
@@ -29,7 +30,7 @@ INVOICES = {
 
 def su_88421(order_id: str = "SU-88421", **model_options) -> TaskInput:
     return TaskInput(
-        task_id=f"ticket-{order_id}", scenario="SU-88421",
+        task_id=f"ticket-{order_id}", scenario="SU-88421", kind=TaskKind.REFUND_TICKET,
         brief=(f"Support ticket {order_id}: the buyer received the 4-shelf oak unit broken and asks for a "
                "refund. Check the order and the policy, refund the item, tell the seller, book the "
                "return pickup and tell the customer."),
@@ -40,6 +41,7 @@ def su_88421(order_id: str = "SU-88421", **model_options) -> TaskInput:
 def refund_8841(order_id: str = "ORD-8841", **model_options) -> TaskInput:
     return TaskInput(
         task_id="refund-8841" if order_id == "ORD-8841" else f"refund-{order_id}", scenario="refund-8841",
+        kind=TaskKind.REFUND_REQUEST,
         brief=(f"Refund request for order {order_id}: the kettle arrived dented. Look up the order, refund "
                "the kettle, write the confirmation on the order and notify the customer."),
         facts={"order_id": order_id, "item_id": "kettle-01"}, model_options=model_options,
@@ -48,7 +50,7 @@ def refund_8841(order_id: str = "ORD-8841", **model_options) -> TaskInput:
 
 def invoice_inv_9(**model_options) -> TaskInput:
     return TaskInput(
-        task_id="invoice-INV-9", scenario="INV-9",
+        task_id="invoice-INV-9", scenario="INV-9", kind=TaskKind.SUPPLIER_PAYMENT,
         brief="Accounts payable: invoice INV-9 from ACME is approved. Pay it and email ACME the remittance.",
         facts={"invoice_id": "INV-9"}, model_options=model_options,
     )
@@ -57,7 +59,7 @@ def invoice_inv_9(**model_options) -> TaskInput:
 def long_run(turns: int = 100, task_id: str = "long-ORD-8841", **model_options) -> TaskInput:
     """A task of many turns on ORD-8841, for the history-size benchmark and continue-as-new tests."""
     return TaskInput(
-        task_id=task_id, scenario="long-run", max_turns=turns + 5, window_messages=12,
+        task_id=task_id, scenario="long-run", kind=TaskKind.REFUND_REQUEST, max_turns=turns + 5, window_messages=12,
         brief=(f"Watch order ORD-8841 for {turns} turns: refund the dented kettle (kettle-01, 4500 cents, usd) "
                "once, check the policy every turn."),
         facts={"order_id": "ORD-8841"}, model_options={"turns": turns, **model_options},
@@ -81,7 +83,7 @@ def batch_order(n: int) -> Order:
 def batch_ticket(n: int, **model_options) -> TaskInput:
     order = batch_order(n)
     return TaskInput(
-        task_id=f"ticket-{order.order_id}", scenario="batch-refund",
+        task_id=f"ticket-{order.order_id}", scenario="batch-refund", kind=TaskKind.REFUND_TICKET,
         brief=f"Support ticket {order.order_id}: item arrived damaged; refund it and tell the customer.",
         facts={"order_id": order.order_id, "item_id": "item-1"}, model_options=model_options,
     )

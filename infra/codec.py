@@ -1,5 +1,5 @@
 """Encrypted payloads: transcripts hold customer data, so workflow and activity payloads are
-encrypted (AES-256-GCM) before they reach Temporal, with a key from the environment.
+encrypted (AES-256-GCM) before they reach Temporal, with a key from the environment; so are failure messages and stack traces.
 
     PAYLOAD_ENCRYPTION_KEY=$(python -m infra.codec new-key)    # 32 random bytes, base64
     python -m infra.codec serve --port 8888                     # codec server for the Web UI
@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 from temporalio.api.common.v1 import Payloads as _Payloads
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes, PayloadCodec
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 ENCODING = b"binary/encrypted"
@@ -72,10 +72,16 @@ def key_from(text: str) -> bytes:
 
 
 def data_converter(key: str | None) -> DataConverter:
-    """The one data converter: pydantic, plus encryption when a key is configured."""
+    """The one data converter: pydantic, plus encryption when a key is configured.
+
+    With a key, failures' messages and stack traces are moved into an encoded payload too (a
+    provider's error may echo a prompt, a customer's name, an address), so the server and its
+    histories see only "Encoded failure".
+    """
     if not key:
         return pydantic_data_converter
-    return dataclasses.replace(pydantic_data_converter, payload_codec=EncryptionCodec(key_from(key)))
+    return dataclasses.replace(pydantic_data_converter, payload_codec=EncryptionCodec(key_from(key)),
+                               failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 
 
 def codec_app(codec: PayloadCodec, allowed_origins: Iterable[str] = ("http://127.0.0.1:8233",

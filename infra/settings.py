@@ -8,11 +8,12 @@ model backend reads them from the environment itself (activities/backends/).
 
 from __future__ import annotations
 
+import base64
 import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.names import DEFAULT_TASK_QUEUE
@@ -57,7 +58,9 @@ class Settings(BaseSettings):
     alert_webhook_url: str | None = None
     alert_webhook_token: SecretStr | None = None
     escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
-    approvers: str = Field(default="", description="comma-separated; empty: anyone may decide")
+    approvers: str = Field(default="", description="name=public key (base64), comma-separated; "
+                           "`starter.py keygen` prints one. Empty: nobody may decide")
+    disabled_tools: str = Field(default="", description="comma-separated tools no task of this worker gets")
     reconcile_every_minutes: float = Field(default=5, ge=0, description="0 turns the reconciliation schedule off")
 
     @property
@@ -65,9 +68,30 @@ class Settings(BaseSettings):
         """Where the ledger lives: DATABASE_URL, else the SQLite file at AGENT_DB_PATH."""
         return self.database_url.get_secret_value() if self.database_url else str(self.agent_db_path)
 
+    @field_validator("approvers")
+    @classmethod
+    def _approvers_have_keys(cls, value: str) -> str:
+        for entry in filter(None, (e.strip() for e in value.split(","))):
+            name, _, key = entry.partition("=")
+            if not name.strip() or not key.strip():
+                raise ValueError(f"{entry[:40]!r} is not name=public-key")
+            try:
+                raw = base64.b64decode(key.strip(), validate=True)
+            except ValueError:
+                raw = b""
+            if len(raw) != 32:
+                raise ValueError(f"the key of {name.strip()[:40]!r} is not an Ed25519 public key (base64, 32 bytes)")
+        return value
+
     @property
-    def approver_list(self) -> list[str]:
-        return [a.strip() for a in self.approvers.split(",") if a.strip()]
+    def approver_keys(self) -> dict[str, str]:
+        """Each approver's name and public key (base64 of the 32 raw Ed25519 bytes)."""
+        pairs = (e.strip().partition("=") for e in self.approvers.split(",") if e.strip())
+        return {name.strip(): key.strip() for name, _, key in pairs}
+
+    @property
+    def disabled_tool_set(self) -> frozenset[str]:
+        return frozenset(t.strip() for t in self.disabled_tools.split(",") if t.strip())
 
 
 def load_settings() -> Settings:

@@ -21,6 +21,7 @@ from activities.world import World
 from infra.settings import Settings
 from devstack.edge_control import EdgeControl
 from devstack.stack import STRIPE_API_KEY, Stack
+from tests.approvers import APPROVERS
 from worker import build_worker
 
 _counter = itertools.count(1)
@@ -43,7 +44,7 @@ def settings(stack: Stack, tmp_path: Path) -> Settings:
     return Settings(
         temporal_address=stack.address, task_queue=f"tq-{uuid.uuid4().hex[:12]}",
         stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
-        agent_db_path=tmp_path / "agent.db", stripe_timeout_seconds=5.0,
+        agent_db_path=tmp_path / "agent.db", stripe_timeout_seconds=5.0, approvers=APPROVERS,
         stripe_processing_window_seconds=1.0, effect_lease_seconds=2.0,
     )
 
@@ -69,7 +70,7 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return {
         "TEMPORAL_ADDRESS": settings.temporal_address, "TASK_QUEUE": settings.task_queue,
         "STRIPE_API_BASE": settings.stripe_api_base, "STRIPE_API_KEY": STRIPE_API_KEY,
-        "AGENT_DB_PATH": str(settings.agent_db_path),
+        "AGENT_DB_PATH": str(settings.agent_db_path), "APPROVERS": APPROVERS,
         "STRIPE_PROCESSING_WINDOW_SECONDS": str(settings.stripe_processing_window_seconds),
         "EFFECT_LEASE_SECONDS": str(settings.effect_lease_seconds),
     }

@@ -31,6 +31,7 @@ from devstack.scenarios import SCENARIOS, long_run
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import redrive, start_task
+from tests.approvers import APPROVERS, signed
 from tests.helpers import waiting
 from worker import build_worker
 
@@ -57,7 +58,8 @@ class Recorder:
         db = self.root / f"agent-{self.count}.db"
         settings = Settings(temporal_address=self.stack.address, task_queue=f"record-{self.count}",
                             stripe_api_base=self.stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
-                            agent_db_path=db, stripe_timeout_seconds=1.0).model_copy(update=changes)
+                            agent_db_path=db, stripe_timeout_seconds=1.0, approvers=APPROVERS,
+                            ).model_copy(update=changes)
         self.edge.configure("dedupe")
         seed_scenarios(Database(db), StripeGateway(STRIPE_API_KEY, self.stack.stripe_url, 10.0))
         return settings
@@ -95,8 +97,8 @@ async def unknown_resolved(r: Recorder) -> list[WorkflowHandle]:
         gateway = StripeGateway(STRIPE_API_KEY, r.stack.stripe_url, 10.0)
         pi = Records(Database(settings.agent_db_path)).order("SU-88421").payment_intent_id
         [refund] = gateway.refunds(pi)
-        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "mark_performed",
-                                        "decided_by": "ops@example.com", "provider_ref": refund.id})
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "mark_performed",
+                                              provider_ref=refund.id))
         await handle.result()
     return [handle]
 
@@ -107,15 +109,16 @@ async def approval(r: Recorder, decision: str) -> list[WorkflowHandle]:
         handle = await start_task(r.client, settings, task("SU-88421", f"approval-{decision}"))
         cp = await waiting(handle)
         await handle.signal("resolve", "not a decision")
-        await handle.signal("resolve", {"intent_key": "v1:issue_refund:other", "decision": decision,
-                                        "decided_by": "alice@example.com"})
+        await handle.signal("resolve", signed(handle.id, "v1:issue_refund:other", decision))
+        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": decision,
+                                        "decided_by": "alice@example.com"})  # unsigned: refused
         if decision == "approve":
-            await handle.execute_update("decide", ResolveInput(intent_key=cp.waiting_for.intent_key,
-                                                               decision="approve", decided_by="alice@example.com"),
+            await handle.execute_update("decide", ResolveInput(**signed(handle.id, cp.waiting_for.intent_key,
+                                                                        "approve")),
                                         result_type=DecisionReceipt)
         else:
-            await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": decision,
-                                            "decided_by": "alice@example.com", "note": "not without a photo"})
+            await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, decision,
+                                                  note="not without a photo"))
         await handle.result()
     return [handle]
 
@@ -169,9 +172,9 @@ PATHS = [
           "asks again and gets already_performed from the journal", timeout_after_accept),
     Path_("su-88421-unknown-resolved", "refund unverifiable -> unknown -> awaiting_human -> mark_performed by signal",
           unknown_resolved),
-    Path_("su-88421-approval-granted", "over the ceiling: a malformed and a wrong-key signal are ignored, "
-          "then the decide Update approves", lambda r: approval(r, "approve")),
-    Path_("su-88421-approval-rejected", "over the ceiling, rejected by signal; no refund",
+    Path_("su-88421-approval-granted", "over the ceiling: a malformed, a wrong-key and an unsigned signal "
+          "change nothing, then a signed decide Update approves", lambda r: approval(r, "approve")),
+    Path_("su-88421-approval-rejected", "over the ceiling, rejected by a signed signal; no refund",
           lambda r: approval(r, "reject")),
     Path_("su-88421-dead-letter", "unknown refund nobody decides on -> dead letter (run 1) and its redrive, "
           "where the refund comes back already_performed (run 2)", dead_letter_and_redrive),

@@ -17,6 +17,7 @@ from core.gate import Rejection, validate_call
 from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput
 from core.tools import REGISTRY
+from tests.approvers import signed
 from tests.conftest import running_worker
 from tests.helpers import scenario_task, start, wait_for, checkpoint
 
@@ -124,8 +125,7 @@ async def test_hostile_model_never_fails_a_workflow_task_or_overpays(client: Cli
             return cp if cp.state != "running" else None
         cp = await wait_for(settled, "the task to finish or wait for a human")
         if cp.state == "awaiting_human":
-            await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "abort",
-                                            "decided_by": "test"})
+            await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "abort"))
         await handle.result()
     history = await handle.fetch_history()
     assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
@@ -147,7 +147,6 @@ async def test_ticket_text_cannot_raise_the_ceiling_or_skip_approval(client: Cli
             return cp if cp.waiting_for and cp.waiting_for.reason == "approval_required" else None
         await wait_for(waiting_for_approval, "the approval wait")
         assert world.refunds("SU-88421") == []
-        await handle.signal("resolve", {"intent_key": (await checkpoint(handle)).waiting_for.intent_key,
-                                        "decision": "reject", "decided_by": "alice@example.com"})
+        await handle.signal("resolve", signed(handle.id, (await checkpoint(handle)).waiting_for.intent_key, "reject"))
         await handle.result()
     assert world.refunds("SU-88421") == []

@@ -38,7 +38,7 @@ async def test_the_patched_change_runs_new_tasks_the_new_way(client: Client, set
     history = await client.get_workflow_handle(task.task_id).fetch_history()
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
                  if e.HasField("activity_task_scheduled_event_attributes")]
-    assert scheduled[:2] == ["search_policy", "model_turn"]
+    assert scheduled[:3] == ["search_policy", "task_policy", "model_turn"]
     markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
     assert len(markers) == 1
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1

@@ -14,6 +14,7 @@ from core.keys import derive_intent_key
 from core.models import DecisionReceipt, Outcome, ResolveInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl, preset
+from tests.approvers import ALICE, signed
 from tests.conftest import running_worker
 from tests.helpers import checkpoint, run, scenario_task, start, wait_for, waiting
 
@@ -24,8 +25,8 @@ def strict(settings: Settings) -> Settings:
     return settings.model_copy(update={"approval_ceiling_cents": 10000, "stripe_timeout_seconds": 1.0})
 
 
-def decision(key: str, what: str, by: str = "alice@example.com", **extra) -> dict:
-    return {"intent_key": key, "decision": what, "decided_by": by, "note": "checked", **extra}
+def decision(handle, key: str, what: str, by: str = ALICE, **extra) -> dict:
+    return signed(handle.id, key, what, by=by, **extra)
 
 
 async def test_unknown_refund_is_found_by_its_search_attribute_and_resolved_by_signal(
@@ -46,7 +47,7 @@ async def test_unknown_refund_is_found_by_its_search_attribute_and_resolved_by_s
 
         edge.configure("passthrough")
         [refund] = world.refunds("SU-88421")
-        await handle.signal("resolve", decision(cp.waiting_for.intent_key, "mark_performed", provider_ref=refund["id"]))
+        await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "mark_performed", provider_ref=refund["id"]))
         result = await handle.result()
 
     assert result.state == "completed"
@@ -68,7 +69,7 @@ async def test_over_ceiling_refund_approved_by_update_pays_once(client: Client, 
         cp = await waiting(handle)
         assert cp.waiting_for.reason == "approval_required" and world.refunds("SU-88421") == []
         receipt = await handle.execute_update(
-            "decide", ResolveInput(**decision(cp.waiting_for.intent_key, "approve")), result_type=DecisionReceipt)
+            "decide", ResolveInput(**decision(handle, cp.waiting_for.intent_key, "approve")), result_type=DecisionReceipt)
         assert receipt.decision == "approve" and receipt.intent_key == cp.waiting_for.intent_key
         result = await handle.result()
     refunds = world.refunds("SU-88421")
@@ -83,7 +84,7 @@ async def test_over_ceiling_refund_rejected_pays_nothing(client: Client, strict:
     async with running_worker(client, strict):
         handle = await start(client, strict, task)
         cp = await waiting(handle)
-        await handle.signal("resolve", decision(cp.waiting_for.intent_key, "reject"))
+        await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "reject"))
         result = await handle.result()
     assert world.refunds("SU-88421") == []
     step = result.checkpoint.steps["issue_refund"]
@@ -102,35 +103,23 @@ async def test_a_decision_for_another_call_or_malformed_changes_nothing(client: 
         handle = await start(client, strict, task)
         cp = await waiting(handle)
         key = cp.waiting_for.intent_key
-        await handle.signal("resolve", decision(edited, "approve"))
+        await handle.signal("resolve", decision(handle, edited, "approve"))
         await handle.signal("resolve", "approve it please")
         await handle.signal("resolve", {"intent_key": key, "decision": "approve"})
-        await handle.signal("resolve", decision(key, "mark_performed"))
+        await handle.signal("resolve", decision(handle, key, "mark_performed"))
         with pytest.raises(WorkflowUpdateFailedError):
-            await handle.execute_update("decide", ResolveInput(**decision(edited, "approve")))
-        cp = await wait_for(lambda: _decisions(handle, 4), "four recorded decisions")
-        assert [d.status for d in cp.decisions] == ["ignored"] * 4
-        assert "no call with key" in cp.decisions[0].why and "malformed" in cp.decisions[1].why
+            await handle.execute_update("decide", ResolveInput(**decision(handle, edited, "approve")))
+        cp = await wait_for(lambda: _decisions(handle, 5), "five recorded decisions")
+        assert [d.status for d in cp.decisions] == ["ignored"] * 5
+        assert "no call with key" in cp.decisions[0].why and "a JSON object" in cp.decisions[1].why
+        assert "malformed" in cp.decisions[2].why
         assert "does not apply to approval_required" in cp.decisions[3].why
+        assert cp.decisions[4].via == "update" and "no call with key" in cp.decisions[4].why
         assert cp.state == "awaiting_human" and world.refunds("SU-88421") == []
-        await handle.signal("resolve", decision(key, "approve"))
+        await handle.signal("resolve", decision(handle, key, "approve"))
         result = await handle.result()
     assert len(world.refunds("SU-88421")) == 1
-    assert [d.status for d in result.checkpoint.decisions] == ["ignored"] * 4 + ["applied"]
-
-
-async def test_a_forged_decision_is_refused(client: Client, strict: Settings, world: World):
-    task = scenario_task("SU-88421").model_copy(update={"approvers": ["alice@example.com"]})
-    async with running_worker(client, strict):
-        handle = await start(client, strict.model_copy(update={"approvers": "alice@example.com"}), task)
-        cp = await waiting(handle)
-        await handle.signal("resolve", decision(cp.waiting_for.intent_key, "approve", by="mallory@example.com"))
-        cp = await wait_for(lambda: _decisions(handle, 1), "the refused decision")
-        assert cp.decisions[0].status == "refused" and "not an approver" in cp.decisions[0].why
-        assert cp.state == "awaiting_human" and world.refunds("SU-88421") == []
-        await handle.signal("resolve", decision(cp.waiting_for.intent_key, "abort"))
-        result = await handle.result()
-    assert result.state == "cancelled" and world.refunds("SU-88421") == []
+    assert [d.status for d in result.checkpoint.decisions] == ["ignored"] * 5 + ["applied"]
 
 
 async def test_model_escalation_waits_and_continues_on_approval(client: Client, settings: Settings, world: World):
@@ -140,7 +129,7 @@ async def test_model_escalation_waits_and_continues_on_approval(client: Client, 
         handle = await start(client, settings, task)
         cp = await waiting(handle)
         assert cp.waiting_for.reason == "model_request" and cp.waiting_for.tool == "escalate_to_human"
-        await handle.signal("resolve", decision(cp.waiting_for.intent_key, "approve", note="I will call the buyer"))
+        await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "approve", note="I will call the buyer"))
         result = await handle.result()
     assert result.state == "completed" and world.refunds("SU-88421") == []
     assert result.checkpoint.steps["issue_refund"].reason == "exceeds_item_price"
@@ -160,7 +149,7 @@ async def test_unusable_model_replies_go_back_as_errors_then_escalate(client: Cl
         assert cp.waiting_for.reason == "unusable_model_output" and world.refunds("SU-88421") == []
         reasons = [s.reason for s in cp.steps.values()]
         assert reasons == ["unknown_tool", "malformed_arguments", "invalid_arguments"]
-        await handle.signal("resolve", decision(cp.waiting_for.intent_key, "approve", note="one more try"))
+        await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "approve", note="one more try"))
         result = await handle.result()
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
 

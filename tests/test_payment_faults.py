@@ -20,6 +20,7 @@ from core.models import Outcome, TaskResult
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import Stack
 from devstack.unsafe import naive_refund
+from tests.approvers import signed
 from tests.conftest import running_worker
 from tests.helpers import run, scenario_task, start, waiting
 
@@ -154,8 +155,8 @@ async def test_every_fault_ends_in_an_honest_outcome_and_never_pays_twice(
             edge.configure(mode)  # lift the rules so the test itself can read the provider
             assert [e["status"] for e in world.effects(task.task_id) if e["tool"] == tool] == ["unknown"]
             provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")
-            await handle.signal("resolve", {"intent_key": step.intent_key, "decision": "mark_performed",
-                                            "decided_by": "ops@example.com", "provider_ref": provider[0]["id"]})
+            await handle.signal("resolve", signed(handle.id, step.intent_key, "mark_performed",
+                                                  provider_ref=provider[0]["id"]))
         result = await handle.result()
     edge.configure(mode)
     provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")

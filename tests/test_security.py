@@ -16,6 +16,7 @@ from temporalio.client import Client
 from activities.world import World
 from infra.settings import Settings
 from devstack.processes import free_port
+from tests.approvers import signed
 from tests.conftest import running_worker
 from tests.helpers import scenario_task, start, waiting
 
@@ -72,8 +73,7 @@ async def test_a_live_task_keeps_its_secrets_out_of_history_and_alerts_the_webho
     async with running_worker(client, secret):
         handle = await start(client, secret, task)
         cp = await waiting(handle)
-        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "approve",
-                                        "decided_by": "alice@example.com"})
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
         result = await handle.result()
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
     [(auth, body)] = received
@@ -94,8 +94,7 @@ async def test_an_unreachable_alert_webhook_does_not_end_the_task(client: Client
     async with running_worker(client, down):
         handle = await start(client, down, task)
         cp = await waiting(handle, timeout=120)
-        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "approve",
-                                        "decided_by": "alice@example.com"})
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
         result = await handle.result()
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
     assert result.checkpoint.alert_failures and "escalation approval_required" in result.checkpoint.alert_failures[0]

@@ -43,9 +43,9 @@ async def test_metrics_endpoint_counts_outcomes_and_escalations(stack: Stack, se
     async with build_worker(client, strict):
         handle = await client.start_workflow("AgentTask", task, id=task.task_id, task_queue=strict.task_queue)
         from tests.helpers import waiting
+        from tests.approvers import signed
         cp = await waiting(handle)
-        await handle.signal("resolve", {"intent_key": cp.waiting_for.intent_key, "decision": "approve",
-                                        "decided_by": "alice@example.com"})
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
         await handle.result()
         metrics = scrape(port)
     assert "temporal_activity_execution_latency" in metrics or "temporal_workflow_completed" in metrics

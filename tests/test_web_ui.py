@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import time
 import urllib.parse
 from pathlib import Path
@@ -40,6 +42,7 @@ CHROMIUM_ARGS = [
 ]
 CEILING_CENTS = 10_000  # below the 11800 cents SU-88421 refunds: a human must approve
 OPERATOR = "ui-operator@example.com"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -50,12 +53,28 @@ def chromium() -> Path:
     return CHROMIUM
 
 
+def starter(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "starter.py", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.fixture
-def ui_stack(tmp_path: Path) -> Iterator[Stack]:
+def operator_key(tmp_path: Path) -> tuple[Path, str]:
+    """The operator's key pair from `starter.py keygen`: the key file and the worker's APPROVERS entry."""
+    key_file = tmp_path / "operator.pem"
+    out = starter("keygen", OPERATOR, "--out", str(key_file), env={"PATH": "/usr/bin:/bin"})
+    [entry] = re.findall(rf"{re.escape(OPERATOR)}=\S+", out)
+    return key_file, entry
+
+
+@pytest.fixture
+def ui_stack(tmp_path: Path, operator_key: tuple[Path, str]) -> Iterator[Stack]:
     """Temporal with its Web UI, localstripe and one worker process, all on free ports."""
     with Stack.for_tests(tmp_path / "stack", headless=False) as stack:
         stack.start_worker(stack.log_file("worker"),
-                           extra_env={"APPROVAL_CEILING_CENTS": str(CEILING_CENTS)})
+                           extra_env={"APPROVAL_CEILING_CENTS": str(CEILING_CENTS), "APPROVERS": operator_key[1]})
         yield stack
 
 
@@ -166,7 +185,9 @@ async def approve_in_browser(chromium: Path, ui_url: str, handle: WorkflowHandle
 
 
 async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui_settings: Settings,
-                                             ui_world: World, tmp_path: Path) -> None:
+                                             ui_world: World, operator_key: tuple[Path, str],
+                                             tmp_path: Path) -> None:
+    """The decision is signed by `starter.py sign` with the operator's key and pasted into the form."""
     client = await Client.connect(ui_stack.address, data_converter=pydantic_data_converter)
     handle = await start_task(client, ui_settings, scenario_task("SU-88421"))
     try:
@@ -175,8 +196,10 @@ async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui
         assert (cp.waiting_for.tool, cp.waiting_for.reason) == ("issue_refund", "approval_required")
         assert ui_world.refunds("SU-88421") == []
         key = cp.waiting_for.intent_key
-        payload = {"intent_key": key, "decision": "approve", "decided_by": OPERATOR,
-                   "note": "approved in the Web UI"}
+        payload = json.loads(starter("sign", handle.id, "approve", "--key", key, "--by", OPERATOR, "--key-file",
+                                     str(operator_key[0]), "--note", "approved in the Web UI",
+                                     env={"PATH": "/usr/bin:/bin"}))
+        assert payload["intent_key"] == key and payload["signature"]
 
         await approve_in_browser(chromium, ui_stack.ui_url, handle, payload, tmp_path)
 

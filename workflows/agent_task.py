@@ -1,49 +1,64 @@
 """The agent loop: model turn -> gated tool calls -> results back to the model.
 
 Deterministic: every model turn and every tool call is an activity, so the event history
-is the checkpoint and a restarted worker resumes at the first step not done. Where the
-task cannot know or must not act alone, it waits for a human decision (signal `resolve`
-or Update `decide`); a wait nobody answers ends as a stored, alerted dead letter.
+is the checkpoint and a restarted worker resumes at the first step not done. The task's
+authority (its tools, approvers, ceilings, deadline) comes from the worker once, through the
+`task_policy` activity. Where the task cannot know or must not act alone, it waits for a signed
+human decision (signal `resolve` or Update `decide`); a wait nobody answers ends as a stored,
+alerted dead letter. Whatever a sender sends is answered or recorded, never raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Awaitable, Callable, Sequence, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.authority import AuthorityActivities
+    from activities.model import ModelActivities
+    from activities.operations import OperationsActivities
     from core import names, policies
+    from core.authority import DECISIONS_KEPT, narrow, out_of_scope, read_decision, screen
     from core.gate import Rejection, validate_call
     from core.keys import call_signature, derive_intent_key
     from core.models import (
         SETTLED,
         AlertInput,
-        Carry,
         Approval,
+        Carry,
         ChatMessage,
         Checkpoint,
         DeadLetterInput,
+        Decision,
         DecisionReceipt,
         DecisionRecord,
+        DecisionStatus,
         Escalation,
         EscalationReason,
         ModelReply,
         ModelTurnInput,
         Outcome,
+        Policy,
+        PolicyInput,
         ResolveInput,
         SettleInput,
         Step,
         TaskInput,
         TaskResult,
+        TaskState,
         ToolCall,
         ToolInput,
         ToolResult,
+        Verdict,
+        VerifyInput,
     )
-    from core.tools import REGISTRY, ToolSpec
+    from core.tools import ToolSpec
     from workflows._render import JOURNAL_NOTE, activity_summary, current_details, trail_line
 
 SYSTEM_PROMPT = (
@@ -52,25 +67,37 @@ SYSTEM_PROMPT = (
     "(do not retry; a human decides). Never promise what a tool did not report as performed."
 )
 
-ALLOWED: dict[str, list[str]] = {
+ALLOWED: dict[EscalationReason, list[Decision]] = {
     "approval_required": ["approve", "reject", "abort"],
     "unknown_outcome": ["mark_performed", "mark_not_performed", "approve", "abort"],
     "attempts_exhausted": ["approve", "reject", "mark_performed", "mark_not_performed", "abort"],
     "model_request": ["approve", "reject", "abort"],
     "unusable_model_output": ["approve", "abort"],
 }
-OPS_TIMEOUT = timedelta(seconds=30)
 _READ_STEPS_KEPT = 20
-_UNUSABLE = ("unknown_tool", "invalid_arguments", "malformed_arguments")
+_UNUSABLE = ("unknown_tool", "not_offered", "invalid_arguments", "malformed_arguments", "out_of_scope")
+_MAX_VERIFYING = 4  # signature checks in flight at once; more are refused, so a flood cannot queue work
 
 
 class _Stop(Exception):
     """Ends the task early: aborted by a human, or a dead letter."""
 
-    def __init__(self, state: str, reason: str) -> None:
+    def __init__(self, state: TaskState, reason: str) -> None:
         super().__init__(reason)
         self.state = state
         self.reason = reason
+
+
+@dataclass
+class _Call:
+    """One validated tool call on its way through the gate."""
+
+    spec: ToolSpec
+    arguments: dict
+    key: str | None  # the intent key; None for reads
+    decision_key: str  # what a human decision names: the intent key, or a read's call signature
+    step: Step
+    approval: Approval | None = None
 
 
 @workflow.defn(name=names.WORKFLOW_NAME)
@@ -79,6 +106,7 @@ class AgentTaskWorkflow:
     def __init__(self, task: TaskInput) -> None:
         self._task = task
         self._decision: ResolveInput | None = None
+        self._verifying = 0
         self._unusable = 0
         carry = task.carry
         if carry is None:
@@ -100,6 +128,8 @@ class AgentTaskWorkflow:
     async def run(self, task: TaskInput) -> TaskResult:
         self._set_state("running")
         try:
+            if self._checkpoint.policy is None:
+                self._checkpoint.policy = await self._load_policy(task)
             final = await self._converse(task)
             self._checkpoint.final_answer = final
             self._set_state("completed")
@@ -117,19 +147,34 @@ class AgentTaskWorkflow:
         return TaskResult(task_id=task.task_id, state=self._checkpoint.state,
                           final_answer=self._checkpoint.final_answer, checkpoint=self._checkpoint)
 
+    @property
+    def _policy(self) -> Policy:
+        """Loaded before the first turn (and carried over continue-as-new), so never None here."""
+        return cast(Policy, self._checkpoint.policy)
+
+    async def _load_policy(self, task: TaskInput) -> Policy:
+        """The worker's authority over this task, narrowed by its input; recorded in the history."""
+        try:
+            policy = await workflow.execute_activity_method(
+                AuthorityActivities.task_policy, PolicyInput(task_id=task.task_id, kind=task.kind, facts=task.facts),
+                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.READ_POLICY,
+                summary=f"policy for a {task.kind} task")
+        except ActivityError as err:
+            raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None
+        return narrow(policy, task)
+
     async def _converse(self, task: TaskInput) -> str:
-        tools = sorted(REGISTRY)
         while self._turn < task.max_turns:
             if self._history_budget_spent(task):
                 await self._continue_as_new(task)
             self._turn += 1
             turn = self._checkpoint.turns = self._turn
             try:
-                reply: ModelReply = await workflow.execute_activity(
-                    names.MODEL_TURN_ACTIVITY,
+                reply: ModelReply = await workflow.execute_activity_method(
+                    ModelActivities.model_turn,
                     ModelTurnInput(task_id=task.task_id, scenario=task.scenario, turn=turn,
-                                   messages=self._window(task), tools=tools, model_options=task.model_options),
-                    result_type=ModelReply,
+                                   messages=self._window(task), tools=self._policy.tools,
+                                   model_options=task.model_options),
                     start_to_close_timeout=policies.MODEL_START_TO_CLOSE,
                     heartbeat_timeout=policies.TOOL_HEARTBEAT,
                     retry_policy=policies.MODEL_POLICY,
@@ -150,18 +195,12 @@ class AgentTaskWorkflow:
             self._transcript = self._compact(self._transcript, task.window_messages)
             self._unusable = 0 if usable else self._unusable + 1
             if self._unusable >= task.max_unusable_replies:
-                await self._unusable_output(task, turn)
+                await self._await_decision("model_turn", {}, f"model-output:{task.task_id}:turn-{turn}",
+                                           "unusable_model_output",
+                                           f"{self._unusable} replies in a row with no usable tool call")
+                self._unusable = 0
             self._touch()
         raise _Stop("dead_lettered", f"turn limit of {task.max_turns} reached without a final answer")
-
-    async def _unusable_output(self, task: TaskInput, turn: int) -> None:
-        """The model keeps calling tools that do not exist or with arguments that do not validate."""
-        key = f"model-output:{task.task_id}:turn-{turn}"
-        decision = await self._escalate("model_turn", {}, key, "unusable_model_output",
-                                        f"{self._unusable} replies in a row with no usable tool call")
-        if decision.decision == "abort":
-            raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
-        self._unusable = 0
 
     # --- long runs -----------------------------------------------------------------------
 
@@ -201,204 +240,233 @@ class AgentTaskWorkflow:
     # --- the gate ------------------------------------------------------------------------
 
     async def _gate(self, task: TaskInput, call: ToolCall) -> ToolResult:
-        """The one path every tool call takes: validate, key, dedupe, run, escalate, record."""
-        checked = validate_call(call.name, call.arguments)
+        """The one path every tool call takes: validate, scope, key, dedupe, run, decide, record."""
+        checked = validate_call(call.name, call.arguments, self._policy.tools)
         if isinstance(checked, Rejection):
-            return self._reject(call, checked.reason, checked.message)
+            return self._reject(call.name, checked.reason, checked.message)
         spec, arguments = checked
+        why = out_of_scope(spec.name, arguments, task.facts, self._policy)
+        if why is not None:
+            return self._reject(spec.name, "out_of_scope", why)
 
         key = None
         if spec.needs_key:
             key = derive_intent_key(spec.name, spec.key_fields, arguments, {"task_id": task.task_id},
                                     occurrence=self._occurrence(spec, arguments))
-        step = self._step(spec.name, key, arguments)
-        decision_key = key or f"call:{call_signature(spec.name, arguments)}"
+        target = _Call(spec, arguments, key, key or f"call:{call_signature(spec.name, arguments)}",
+                       self._step(spec.name, key, arguments))
 
         if key is not None and key in self._journal:
             result = ToolResult(tool=spec.name, outcome=Outcome.ALREADY_PERFORMED, intent_key=key,
                                 data=self._journal[key].data, message=JOURNAL_NOTE)
-            self._record(step, result)
-            return result
-
-        if spec.name == "escalate_to_human":
-            result = await self._model_escalation(spec, arguments, key)
-        elif key is not None and self._unsettled_asks(step) >= task.max_asks_per_call:
-            result = await self._decide_and_run(task, spec, arguments, decision_key, step, "attempts_exhausted",
-                                                f"asked {len(step.trail)} times without success", None)
         else:
-            step.status = "running"
-            self._touch()
-            result = await self._run_tool(task, spec, arguments, key, None)
-            step.attempts += result.attempt
-            reason = _escalation_reason(spec, result)
-            if reason is not None:
-                result = await self._decide_and_run(task, spec, arguments, decision_key, step, reason,
-                                                    result.message or result.reason or "", result)
-        self._record(step, result)
+            result = await self._run_and_decide(task, target)
+        self._record(target.step, result)
         if key is not None and result.outcome in SETTLED:
             self._journal[key] = result
         return result
 
-    async def _decide_and_run(self, task: TaskInput, spec: ToolSpec, arguments: dict, decision_key: str,
-                              step: Step, reason: EscalationReason, detail: str, last: ToolResult | None
-                              ) -> ToolResult:
-        """Wait for a human on this exact call, then do what they decided; repeat if it escalates again.
-
-        The decision names the call's intent key (reads: its canonical signature), so it applies to
-        this tool with these arguments only; a call with other arguments has another key.
-        """
-        key = step.intent_key
-        approval: Approval | None = None
+    async def _run_and_decide(self, task: TaskInput, call: _Call) -> ToolResult:
+        """Run the call; while its answer (or the call itself) needs a human, wait for a decision and
+        do what it says (`_ACTIONS`). A decision names this call's key, so it applies to it alone."""
+        reason, detail = self._needs_human_first(task, call)
         while True:
-            if last is not None:
-                self._record(step, last)
-            decision = await self._escalate(spec.name, arguments, decision_key, reason, detail)
-            if decision.decision == "abort":
-                raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
-            if decision.decision == "reject":
-                return ToolResult(tool=spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=key,
-                                  reason="rejected_by_human", message=f"{decision.decided_by}: {decision.note}",
-                                  data={"source": "human", "decided_by": decision.decided_by})
-            if decision.decision in ("mark_performed", "mark_not_performed"):
-                if key is None:
-                    return ToolResult(tool=spec.name, reason="marked_by_human", message=decision.note)
-                return await self._settle(task, spec, arguments, key, decision)
-            if reason == "approval_required":
-                approval = Approval(intent_key=key, decided_by=decision.decided_by)
-            result = await self._run_tool(task, spec, arguments, key, approval)
-            step.attempts += result.attempt
-            next_reason = _escalation_reason(spec, result)
-            if next_reason is None:
+            if reason is None:
+                result = await self._run_tool(task, call)
+                reason = _escalation_reason(result)
+                if reason is None:
+                    return result
+                detail = result.message or result.reason or ""
+                self._record(call.step, result)
+            decision = await self._await_decision(call.spec.name, call.arguments, call.decision_key, reason, detail)
+            result = await _ACTIONS[decision.decision](self, task, call, decision, reason)
+            if result is not None:
                 return result
-            reason, detail, last = next_reason, result.message or result.reason or "", result
+            reason = None
 
-    async def _model_escalation(self, spec: ToolSpec, arguments: dict, key: str) -> ToolResult:
-        decision = await self._escalate(spec.name, arguments, key, "model_request", arguments["reason"])
-        if decision.decision == "abort":
-            raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
-        outcome = Outcome.PERFORMED if decision.decision == "approve" else Outcome.NOT_PERFORMED
-        return ToolResult(tool=spec.name, outcome=outcome, intent_key=key,
-                          reason=None if outcome is Outcome.PERFORMED else "rejected_by_human",
-                          message=f"{decision.decided_by}: {decision.note}",
-                          data={"source": "human", "decided_by": decision.decided_by})
+    def _needs_human_first(self, task: TaskInput, call: _Call) -> tuple[EscalationReason | None, str]:
+        """Why a human must decide before the call runs at all, if they must."""
+        if call.spec.name == "escalate_to_human":
+            return "model_request", call.arguments["reason"]
+        if call.key is not None and call.step.unsettled_asks >= task.max_asks_per_call:
+            return "attempts_exhausted", f"asked {call.step.asks} times without success"
+        ceiling = self._ceiling(task, call.spec)
+        amount = call.arguments.get("amount_cents")
+        if ceiling is not None and amount is not None and amount > ceiling:
+            return "approval_required", f"{amount} cents is over the {ceiling} cents ceiling for {call.spec.name}"
+        return None, ""
 
-    async def _settle(self, task: TaskInput, spec: ToolSpec, arguments: dict, key: str,
-                      decision: ResolveInput) -> ToolResult:
+    def _ceiling(self, task: TaskInput, spec: ToolSpec) -> int | None:
+        """The approval ceiling the gate enforces: payments always; refunds when the task narrows the
+        worker's ceiling (the refund activity enforces the worker's own, over the order's totals)."""
+        if spec.name == "send_payment":
+            return self._policy.payment_ceiling_cents
+        if spec.name == "issue_refund" and task.refund_ceiling_cents is not None:
+            return self._policy.refund_ceiling_cents
+        return None
+
+    async def _approve(self, task: TaskInput, call: _Call, decision: ResolveInput,
+                       reason: EscalationReason) -> ToolResult | None:
+        """A model's request for a human is answered; anything else runs again, with the approval
+        if one was asked for."""
+        if call.spec.name == "escalate_to_human":
+            return _human_result(call, Outcome.PERFORMED, decision)
+        if reason == "approval_required":
+            call.approval = Approval(intent_key=call.decision_key, decided_by=decision.decided_by)
+        return None
+
+    async def _reject_call(self, task: TaskInput, call: _Call, decision: ResolveInput,
+                           reason: EscalationReason) -> ToolResult:
+        return _human_result(call, Outcome.NOT_PERFORMED, decision, reason="rejected_by_human")
+
+    async def _settle(self, task: TaskInput, call: _Call, decision: ResolveInput,
+                      reason: EscalationReason) -> ToolResult:
+        """A human says what happened: the ledger records it, the model is told."""
+        if call.key is None:
+            return ToolResult(tool=call.spec.name, reason="marked_by_human", message=decision.note)
         performed = decision.decision == "mark_performed"
-        await workflow.execute_activity(
-            "record_human_decision",
-            SettleInput(task_id=task.task_id, tool=spec.name, intent_key=key, arguments=arguments,
+        await workflow.execute_activity_method(
+            OperationsActivities.record_human_decision,
+            SettleInput(task_id=task.task_id, tool=call.spec.name, intent_key=call.key, arguments=call.arguments,
                         status="performed" if performed else "not_performed", provider_ref=decision.provider_ref,
                         decided_by=decision.decided_by, note=decision.note),
-            start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.OPS_POLICY,
-            summary=f"ledger: {decision.decision} {key} by {decision.decided_by}",
+            start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
+            summary=f"ledger: {decision.decision} {call.key} by {decision.decided_by}",
         )
         data = {"source": "human", "decided_by": decision.decided_by, "provider_ref": decision.provider_ref,
-                **({"amount_cents": arguments["amount_cents"]} if "amount_cents" in arguments else {})}
+                **({"amount_cents": call.arguments["amount_cents"]} if "amount_cents" in call.arguments else {})}
         if performed:
-            return ToolResult(tool=spec.name, outcome=Outcome.PERFORMED, intent_key=key, data=data,
+            return ToolResult(tool=call.spec.name, outcome=Outcome.PERFORMED, intent_key=call.key, data=data,
                               message=decision.note)
-        return ToolResult(tool=spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=key, data=data,
+        return ToolResult(tool=call.spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=call.key, data=data,
                           reason="confirmed_not_performed", message=decision.note, retryable=True)
 
-    async def _run_tool(self, task: TaskInput, spec: ToolSpec, arguments: dict, key: str | None,
-                        approval: Approval | None) -> ToolResult:
-        policy = policies.POLICY_BY_CLASS[spec.tool_class]
+    async def _run_tool(self, task: TaskInput, call: _Call) -> ToolResult:
+        policy = policies.POLICY_BY_CLASS[call.spec.tool_class]
+        call.step.status = "running"
+        self._touch()
         try:
-            return await workflow.execute_activity(
-                spec.name,
-                ToolInput(task_id=task.task_id, tool=spec.name, arguments=arguments, intent_key=key,
-                          approval=approval),
+            result = await workflow.execute_activity(
+                call.spec.name,  # tool activities are registered under their tool's name
+                ToolInput(task_id=task.task_id, tool=call.spec.name, arguments=call.arguments, intent_key=call.key,
+                          approval=call.approval),
                 result_type=ToolResult,
                 start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
                 heartbeat_timeout=policies.TOOL_HEARTBEAT,
                 retry_policy=policy,
-                summary=activity_summary(spec.name, arguments, key),
+                summary=activity_summary(call.spec.name, call.arguments, call.key),
             )
         except ActivityError as err:
-            return ToolResult(tool=spec.name, outcome=Outcome.UNKNOWN if spec.needs_key else None,
-                              intent_key=key, reason="attempts_exhausted",
-                              message=f"{policy.maximum_attempts} attempts failed: {_cause(err)}",
-                              attempt=policy.maximum_attempts)
+            result = ToolResult(tool=call.spec.name, outcome=Outcome.UNKNOWN if call.spec.needs_key else None,
+                                intent_key=call.key, reason="attempts_exhausted",
+                                message=f"{policy.maximum_attempts} attempts failed: {_cause(err)}",
+                                attempt=policy.maximum_attempts)
+        call.step.attempts += result.attempt
+        return result
 
     # --- humans --------------------------------------------------------------------------
 
-    async def _escalate(self, tool: str, arguments: dict, key: str, reason: EscalationReason,
-                        detail: str) -> ResolveInput:
+    async def _await_decision(self, tool: str, arguments: dict, key: str, reason: EscalationReason,
+                              detail: str) -> ResolveInput:
+        """Wait for an applied decision on `key`. An abort ends the task here; so does the deadline."""
+        timeout = self._policy.escalation_timeout_seconds
         now = workflow.now()
-        deadline = now + timedelta(seconds=self._task.escalation_timeout_seconds)
         self._checkpoint.escalations += 1
         workflow.metric_meter().create_counter("agent_escalations", "Escalations to a human, by reason").add(
             1, {"reason": reason})
         self._checkpoint.waiting_for = Escalation(
-            intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail,
-            since=_iso(now), deadline=_iso(deadline), allowed=ALLOWED[reason])
+            intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail[:2000],
+            since=_iso(now), deadline=_iso(now + timedelta(seconds=timeout)), allowed=ALLOWED[reason])
         self._set_state("awaiting_human", escalation=reason)
-        await self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail}")
+        await self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail[:500]}")
         try:
-            await workflow.wait_condition(lambda: self._decision is not None,
-                                          timeout=timedelta(seconds=self._task.escalation_timeout_seconds))
+            await workflow.wait_condition(lambda: self._decision is not None, timeout=timedelta(seconds=timeout))
         except asyncio.TimeoutError:
-            raise _Stop("dead_lettered", f"no decision on {reason} for {key} within "
-                                         f"{self._task.escalation_timeout_seconds} s") from None
+            pass
+        if self._decision is None:  # a decision applied as the deadline passed still counts
+            raise _Stop("dead_lettered", f"no decision on {reason} for {key} within {timeout} s")
         decision, self._decision = self._decision, None
         self._checkpoint.waiting_for = None
+        if decision.decision == "abort":
+            raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
         self._set_state("running")
         return decision
 
-    @workflow.signal(name="resolve")
-    def resolve(self, raw: RawValue) -> None:
-        """A decision from the Web UI or `temporal workflow signal`; a bad one is recorded and ignored."""
-        try:
-            data = workflow.payload_converter().from_payload(raw.payload, dict)
-            decision = ResolveInput.model_validate(data)
-        except Exception as err:  # any malformed payload: record it, never fail the workflow task
-            self._log_decision("ignored", f"malformed decision: {str(err).splitlines()[0]}", None,
-                               raw.payload.data.decode(errors="replace")[:500])
+    @workflow.signal(dynamic=True)
+    async def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """`resolve` from the Web UI or `temporal workflow signal`. Any other signal, and a `resolve`
+        of any shape or size, is recorded in the checkpoint and changes nothing."""
+        if name != "resolve":
+            self._log_decision("signal", "ignored", f"no signal named {name[:64]!r}; decisions go to `resolve`")
             return
-        status, why = self._check(decision)
-        if status != "applied":
-            self._log_decision(status, why, decision)
-            return
-        self._accept(decision)
+        await self._consider("signal", args)
 
-    @workflow.update(name="decide")
-    async def decide(self, decision: ResolveInput) -> DecisionReceipt:
-        """The same decision for callers that need an answer."""
-        self._accept(decision)
-        await workflow.wait_condition(lambda: self._decision is None)
+    @workflow.update(dynamic=True)
+    async def on_update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
+        """`decide`: the same decision for callers that need an answer. A decision that does not apply
+        is recorded too, and the caller gets why as the Update's failure."""
+        if name != "decide":
+            record = self._log_decision("update", "ignored", f"no update named {name[:64]!r}; decisions go to "
+                                                             "`decide`")
+        else:
+            record = await self._consider("update", args)
+        if record.status != "applied" or record.decision is None:
+            raise ApplicationError(f"decision {record.status}: {record.why}", type="DecisionNotApplied",
+                                   non_retryable=True)
+        decision = record.decision
+        await workflow.wait_condition(lambda: self._decision is not decision)
         return DecisionReceipt(intent_key=decision.intent_key, decision=decision.decision,
                                decided_by=decision.decided_by, state=self._checkpoint.state)
 
-    @decide.validator
-    def _validate_decision(self, decision: ResolveInput) -> None:
-        status, why = self._check(decision)
-        if status != "applied":
-            raise ValueError(why)
+    async def _consider(self, via: str, args: Sequence[RawValue]) -> DecisionRecord:
+        """Read, screen and verify one decision; apply it if it holds. Never raises."""
+        if len(args) != 1:
+            return self._log_decision(via, "ignored", f"a decision is one JSON object; got {len(args)} arguments")
+        payload = args[0].payload
+        parsed = read_decision(payload.data)
+        if isinstance(parsed, str):
+            return self._log_decision(via, "ignored", parsed, raw=payload.data[:200].decode(errors="replace"))
+        problem = self._screen(parsed)
+        if problem is not None:
+            return self._log_decision(via, *problem, decision=parsed)
+        if self._verifying >= _MAX_VERIFYING:
+            return self._log_decision(via, "refused", "too many decisions are being verified; send it again",
+                                      decision=parsed)
+        self._verifying += 1
+        try:
+            verdict = await workflow.execute_activity_method(
+                AuthorityActivities.verify_decision, VerifyInput(decision=parsed),
+                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.READ_POLICY,
+                summary=f"verify {parsed.decision} by {parsed.decided_by[:80]}")
+        except ActivityError as err:
+            verdict = Verdict(valid=False, why=f"could not be verified: {_cause(err)[:200]}")
+        finally:
+            self._verifying -= 1
+        if not verdict.valid:
+            return self._log_decision(via, "refused", verdict.why, decision=parsed)
+        problem = self._screen(parsed)  # the task may have moved on while the signature was checked
+        if problem is not None:
+            return self._log_decision(via, *problem, decision=parsed)
+        self._decision = parsed
+        self._checkpoint.used_nonces.append(parsed.nonce)
+        return self._log_decision(via, "applied", None, decision=parsed)
 
-    def _check(self, decision: ResolveInput) -> tuple[str, str | None]:
-        wait = self._checkpoint.waiting_for
-        if self._task.approvers and decision.decided_by not in self._task.approvers:
-            return "refused", f"{decision.decided_by!r} is not an approver of this task"
-        if wait is None or self._decision is not None:
-            return "ignored", "the task is not waiting for a decision"
-        if decision.intent_key != wait.intent_key:
-            return "ignored", f"no call with key {decision.intent_key} is waiting; waiting: {wait.intent_key}"
-        if decision.decision not in wait.allowed:
-            return "ignored", f"{decision.decision} does not apply to {wait.reason}; allowed: {wait.allowed}"
-        if decision.decision == "mark_performed" and not decision.provider_ref:
-            return "ignored", "mark_performed needs provider_ref (the provider's id of the effect)"
-        return "applied", None
+    def _screen(self, decision: ResolveInput) -> tuple[DecisionStatus, str] | None:
+        if self._decision is not None:
+            return "ignored", "a decision was applied already; the task is acting on it"
+        return screen(decision, self._task.task_id, self._checkpoint.waiting_for, self._checkpoint.policy,
+                      workflow.now(), self._checkpoint.used_nonces)
 
-    def _accept(self, decision: ResolveInput) -> None:
-        self._decision = decision
-        self._log_decision("applied", None, decision)
-
-    def _log_decision(self, status: str, why: str | None, decision: ResolveInput | None,
-                      raw: str | None = None) -> None:
-        self._checkpoint.decisions.append(DecisionRecord(received_at=_iso(workflow.now()), status=status, why=why,
-                                                         decision=decision, raw=raw))
+    def _log_decision(self, via: str, status: DecisionStatus, why: str | None,
+                      decision: ResolveInput | None = None, raw: str | None = None) -> DecisionRecord:
+        """Keep the latest decisions and a count of all of them: the checkpoint stays bounded."""
+        record = DecisionRecord(received_at=_iso(workflow.now()), via=via, status=status,
+                                why=why[:300] if why else None, decision=decision, raw=raw)
+        cp = self._checkpoint
+        cp.decisions = [*cp.decisions[-(DECISIONS_KEPT - 1):], record]
+        cp.decision_counts[status] = cp.decision_counts.get(status, 0) + 1
         self._touch()
+        return record
 
     @workflow.query
     def checkpoint(self) -> Checkpoint:
@@ -408,17 +476,17 @@ class AgentTaskWorkflow:
         """An alert that cannot be delivered must not end the task: the wait and its search
         attributes stay visible, and the failure is in the checkpoint."""
         try:
-            await workflow.execute_activity(
-                "raise_alert",
+            await workflow.execute_activity_method(
+                OperationsActivities.raise_alert,
                 AlertInput(alert_key=f"{self._task.task_id}:{workflow.info().run_id}:{kind}:"
                                      f"{self._checkpoint.escalations}",
                            task_id=self._task.task_id, kind=kind, reason=reason, intent_key=key, summary=summary,
                            checkpoint=self._checkpoint.model_dump(mode="json")),
-                start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.READ_POLICY,
+                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.READ_POLICY,
                 summary=f"alert: {kind} {reason}",
             )
         except ActivityError as err:
-            self._checkpoint.alert_failures.append(f"{kind} {reason}: {_cause(err)}")
+            self._checkpoint.alert_failures.append(f"{kind} {reason}: {_cause(err)}"[:500])
             self._touch()
 
     async def _dead_letter(self, reason: str) -> None:
@@ -428,18 +496,19 @@ class AgentTaskWorkflow:
         self._checkpoint.dead_letter_reason = reason
         self._checkpoint.waiting_for = None
         self._set_state("dead_lettered", escalation=wait.reason if wait else "dead_letter")
-        await workflow.execute_activity(
-            "store_dead_letter",
+        await workflow.execute_activity_method(
+            OperationsActivities.store_dead_letter,
             DeadLetterInput(task_id=self._task.task_id, run_id=workflow.info().run_id, reason=reason,
                             checkpoint=self._checkpoint.model_dump(mode="json")),
-            start_to_close_timeout=OPS_TIMEOUT, retry_policy=policies.OPS_POLICY, summary=f"dead letter: {reason}",
+            start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
+            summary=f"dead letter: {reason}"[:200],
         )
         await self._alert("dead_letter", reason, None, f"task {self._task.task_id} is a dead letter: {reason}")
 
     # --- bookkeeping ---------------------------------------------------------------------
 
-    def _reject(self, call: ToolCall, reason: str, message: str) -> ToolResult:
-        name = call.name[:64]  # a model may send anything as a name; keep the checkpoint small
+    def _reject(self, tool: str, reason: str, message: str) -> ToolResult:
+        name = tool[:64]  # a model may send anything as a name; keep the checkpoint small
         result = ToolResult(tool=name, outcome=Outcome.NOT_PERFORMED, reason=reason, message=message,
                             retryable=True, attempt=0)
         step = self._step(name, None, {})
@@ -466,13 +535,13 @@ class AgentTaskWorkflow:
                 if s.tool == spec.name and s.arguments == arguments and s.outcome in SETTLED]
         return len(same) + 1
 
-    @staticmethod
-    def _unsettled_asks(step: Step) -> int:
-        return sum(1 for line in step.trail
-                   if line.startswith("ask ") and not line.split(": ", 1)[1].startswith(("performed", "already")))
-
     def _record(self, step: Step, result: ToolResult) -> None:
-        step.trail.append(trail_line(step.trail, result))
+        """One answer on the step: typed counters first, the trail line for people from them."""
+        if result.data.get("source") != "human":
+            step.asks += 1
+            if result.outcome not in SETTLED:
+                step.unsettled_asks += 1
+        step.trail.append(trail_line(step.asks, result))
         step.outcome = result.outcome
         step.reason = result.reason
         step.result = {**result.data, **({"message": result.message} if result.message else {})}
@@ -486,7 +555,7 @@ class AgentTaskWorkflow:
             step.status = "not_performed"
         self._touch()
 
-    def _set_state(self, state: str, escalation: str | None = None) -> None:
+    def _set_state(self, state: TaskState, escalation: str | None = None) -> None:
         self._checkpoint.state = state
         workflow.upsert_search_attributes([
             names.STATUS_ATTR.value_set(state),
@@ -500,7 +569,26 @@ class AgentTaskWorkflow:
         workflow.set_current_details(current_details(self._checkpoint))
 
 
-def _escalation_reason(spec: ToolSpec, result: ToolResult) -> EscalationReason | None:
+_Action = Callable[[AgentTaskWorkflow, TaskInput, _Call, ResolveInput, EscalationReason],
+                   Awaitable["ToolResult | None"]]
+
+# What each decision does to the call that waits for it (abort ends the task in _await_decision).
+# An action answers the call, or returns None: run the call again.
+_ACTIONS: dict[str, _Action] = {
+    "approve": AgentTaskWorkflow._approve,
+    "reject": AgentTaskWorkflow._reject_call,
+    "mark_performed": AgentTaskWorkflow._settle,
+    "mark_not_performed": AgentTaskWorkflow._settle,
+}
+
+
+def _human_result(call: _Call, outcome: Outcome, decision: ResolveInput, reason: str | None = None) -> ToolResult:
+    return ToolResult(tool=call.spec.name, outcome=outcome, intent_key=call.key, reason=reason,
+                      message=f"{decision.decided_by}: {decision.note}",
+                      data={"source": "human", "decided_by": decision.decided_by})
+
+
+def _escalation_reason(result: ToolResult) -> EscalationReason | None:
     if result.reason == "approval_required":
         return "approval_required"
     if result.reason == "attempts_exhausted":

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import re
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -85,7 +86,7 @@ def connection_failure(provider: str, where: str, err: BaseException, *, secret:
     """The ApplicationError for a request that got no HTTP answer (refused, reset, timed out)."""
     cause = err.__cause__ or err
     detail = _scrub(str(err) if cause is err else f"{err} ({type(cause).__name__})", secret)
-    return ApplicationError(f"{provider} unreachable at {where}: {detail}", type=UNAVAILABLE)
+    return ApplicationError(f"{provider} unreachable at {redact_url(where)}: {detail}", type=UNAVAILABLE)
 
 
 def unusable(provider: str, why: str) -> ApplicationError:
@@ -109,6 +110,15 @@ def _number(text: str) -> float | None:
         return None
 
 
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact_url(text: str) -> str:
+    """Credentials written into a URL (`https://user:password@host/`) become `***`, wherever it is quoted."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
 def _scrub(text: str, secret: str) -> str:
-    """Never let the API key reach an event history, even echoed in a provider's message."""
-    return text.replace(secret, "***") if secret else text
+    """Never let the API key or a URL's password reach an event history, a log or a dead letter,
+    even echoed in a provider's message."""
+    return redact_url(text.replace(secret, "***") if secret else text)

@@ -3,7 +3,7 @@
 Each condition sets the Stripe edge (mode and fault rules, on the ticket's first money request,
 as `devstack/edge_control.py` presets do) and may name a point where the worker serving the
 run is SIGKILLed (`CRASH_AT`, as the chaos run and the crash tests do) or SIGSTOPped
-(`PAUSE_AT`); another worker then finishes the task, and a paused one is woken afterwards.
+(`CRASH_SIGNAL=SIGSTOP`); another worker then finishes the task, and a paused one is woken afterwards.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Condition:
         return preset(self.fault, money_path, client_timeout) if self.fault else []
 
     def worker_fault(self, money_tool: str, naive_tool: bool) -> tuple[str, str] | None:
-        """(`CRASH_AT` or `PAUSE_AT`, the point) for the worker process that serves the run first, if any.
+        """(the point, `SIGKILL` or `SIGSTOP`) for the worker process that serves the run first, if any.
 
         A kill comes where incident 3 struck: the money activity returned, Temporal never heard of it.
         A pause comes just before the provider call (after our tool claimed the intent; the naive
@@ -42,9 +42,9 @@ class Condition:
         another worker has finished the task.
         """
         if self.crash_at_end:
-            return "CRASH_AT", f"{money_tool}:end"
+            return f"{money_tool}:end", "SIGKILL"
         if self.pause_before_send:
-            return "PAUSE_AT", f"{money_tool}:start" if naive_tool else f"{money_tool}:before_provider"
+            return (f"{money_tool}:start" if naive_tool else f"{money_tool}:before_provider"), "SIGSTOP"
         return None
 
 

@@ -188,7 +188,7 @@ class Runner:
         point; an in-process worker then finishes the task. A paused process is woken after that
         and stopped gracefully, so whatever its attempt does on waking is in the world we grade.
         Returns whether the fault struck, the task's state and its checkpoint."""
-        variable, point = fault
+        point, sig = fault
         logs = self.data_dir / "workers"
         logs.mkdir(parents=True, exist_ok=True)
         marker = logs / f"{task.task_id}.struck"
@@ -196,7 +196,7 @@ class Runner:
                "STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "RECONCILE_EVERY_MINUTES": "0",
                "STRIPE_PROCESSING_WINDOW_SECONDS": str(PROCESSING_WINDOW), "EFFECT_LEASE_SECONDS": str(EFFECT_LEASE),
                "DATABASE_URL": "", "PAYLOAD_ENCRYPTION_KEY": "", "MODEL_BACKEND": "scripted",
-               variable: point, "CRASH_MARKER": str(marker)}
+               "CRASH_AT": point, "CRASH_SIGNAL": sig, "CRASH_MARKER": str(marker)}
         first = _ColumnWorker(env, logs / f"{task.task_id}.log", column.spec)
         await asyncio.to_thread(first.start)
         try:

@@ -1,0 +1,115 @@
+"""Who may decide and what a task may touch: pure functions the workflow and the tests share.
+
+Authority comes from the deployment. The worker's configuration names the approvers (with their
+public keys), the ceilings, the escalation deadline and each kind's tools; `narrow` lets a task
+input lower a ceiling, shorten a deadline or drop an approver or a tool, never the other way.
+
+A decision is signed by an approver's Ed25519 key over `signed_message` (the task id, the intent
+key, the decision, who decides, the note, the provider's reference, the expiry and a nonce). The
+workflow checks what it can decide alone (`screen`: is it waiting for this key, is this decision
+allowed, is the signer an approver, is it expired or replayed), then an activity verifies the
+signature with the public key the worker holds (activities/authority.py).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from core.keys import canonical_json
+from core.kinds import KINDS
+from core.models import DecisionStatus, Escalation, Policy, ResolveInput, TaskInput
+
+SIGNING_CONTEXT = b"agent-decision/v1\n"
+MAX_DECISION_BYTES = 8192
+DECISIONS_KEPT = 20
+
+
+def signed_message(decision: ResolveInput) -> bytes:
+    """The bytes an approver signs: every field but the signature, as canonical JSON."""
+    fields = decision.model_dump(mode="json", exclude={"signature"})
+    return SIGNING_CONTEXT + canonical_json(fields).encode()
+
+
+def narrow(policy: Policy, task: TaskInput) -> Policy:
+    """The worker's policy for this task, narrowed (never widened) by the task input."""
+    def lower(mine: int | None, asked: int | None) -> int | None:
+        return mine if asked is None else asked if mine is None else min(mine, asked)
+
+    return policy.model_copy(update={
+        "tools": [t for t in policy.tools if task.tools is None or t in task.tools],
+        "approvers": [a for a in policy.approvers if task.approvers is None or a in task.approvers],
+        "refund_ceiling_cents": lower(policy.refund_ceiling_cents, task.refund_ceiling_cents),
+        "payment_ceiling_cents": lower(policy.payment_ceiling_cents, task.payment_ceiling_cents),
+        "escalation_timeout_seconds": lower(policy.escalation_timeout_seconds, task.escalation_timeout_seconds),
+    })
+
+
+def out_of_scope(tool: str, arguments: dict[str, Any], facts: dict[str, str], policy: Policy) -> str | None:
+    """Why a call reaches beyond its task's facts or parties, or None when it stays inside."""
+    for field in KINDS[policy.kind].binds:
+        if field in arguments and arguments[field] != facts.get(field):
+            return f"{field} {arguments[field]!r} is not this task's ({facts.get(field)!r})"
+    for field in ("order_id", "invoice_id"):
+        if field in arguments and field not in KINDS[policy.kind].binds:
+            return f"a {policy.kind} task does not act on an {field}"
+    if "to" in arguments and arguments["to"] not in policy.parties:
+        return f"{arguments['to']!r} is not a party on record for this task"
+    return None
+
+
+def read_decision(data: bytes) -> ResolveInput | str:
+    """A decision from a payload's bytes, or why it cannot be one. Never raises."""
+    if len(data) > MAX_DECISION_BYTES:
+        return f"a decision is at most {MAX_DECISION_BYTES} bytes; this one is {len(data)}"
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        return f"not JSON: {str(err)[:120]}"
+    if not isinstance(raw, dict):
+        return "a decision is a JSON object"
+    try:
+        return ResolveInput.model_validate(raw)
+    except Exception as err:  # pydantic's ValidationError, or a RecursionError on deep nesting
+        lines = str(err).splitlines()
+        return f"malformed decision: {' '.join(lines[:3])[:300]}"
+
+
+def screen(decision: ResolveInput, task_id: str, wait: Escalation | None, policy: Policy | None,
+           now: datetime, used_nonces: list[str]) -> tuple[DecisionStatus, str] | None:
+    """What the workflow can tell alone: (status, why) when the decision cannot apply, else None.
+
+    `ignored` is a decision for something not waiting; `refused` is one that could apply but is not
+    authenticated: unsigned, expired, replayed, for another task, or not from an approver.
+    """
+    if wait is None:
+        return "ignored", "the task is not waiting for a decision"
+    if decision.intent_key != wait.intent_key:
+        return "ignored", f"no call with key {decision.intent_key} is waiting; waiting: {wait.intent_key}"
+    if decision.decision not in wait.allowed:
+        return "ignored", f"{decision.decision} does not apply to {wait.reason}; allowed: {wait.allowed}"
+    if decision.decision == "mark_performed" and not decision.provider_ref:
+        return "ignored", "mark_performed needs provider_ref (the provider's id of the effect)"
+    if not (decision.signature and decision.nonce and decision.expires_at):
+        return "refused", "not signed: a decision needs expires_at, nonce and signature (starter.py sign)"
+    if policy is None or decision.decided_by not in policy.approvers:
+        return "refused", f"{decision.decided_by[:80]!r} is not an approver of this task"
+    if decision.task_id != task_id:
+        return "refused", f"signed for task {decision.task_id[:80]!r}, not {task_id}"
+    expires = parse_time(decision.expires_at)
+    if expires is None:
+        return "refused", "expires_at is not an ISO 8601 time"
+    if expires <= now:
+        return "refused", f"expired at {decision.expires_at}"
+    if decision.nonce in used_nonces:
+        return "refused", "replayed: this signed decision was applied already"
+    return None
+
+
+def parse_time(text: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)

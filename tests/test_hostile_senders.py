@@ -1,0 +1,184 @@
+"""Nothing a sender sends can break a task: 2,000+ hostile signals and Updates, of every shape, to
+tasks waiting for an approval. Property: no workflow task fails, every message is answered (Update)
+or recorded (signal) within a bounded checkpoint, and nothing happens in the world until a real,
+signed decision arrives.
+
+The messages come from a seeded generator (printed on failure): raw bytes under any encoding,
+sizes up to 600 KB, JSON nested thousands deep, missing, extra and mistyped fields, no argument or
+several, unknown signal and Update names, and decisions that look right but are unsigned, forged,
+expired, for another task, from a non-approver or for another call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from activities.world import World
+from core.authority import DECISIONS_KEPT
+from infra.settings import Settings
+from tests.approvers import ALICE, BOB, signed
+from tests.conftest import running_worker
+from tests.helpers import checkpoint, scenario_task, start, wait_for, waiting
+
+SEED = 20261201
+TASKS = 4
+MESSAGES_PER_TASK = 600  # 2,400 in all; the server itself turns some away (e.g. too many Updates in flight)
+BATCH = 40
+OUTSIDER = Ed25519PrivateKey.generate()
+ENCODINGS = [b"json/plain", b"binary/plain", b"binary/null", b"json/protobuf", b"binary/encrypted", b"", b"\xff\xfe"]
+
+
+@dataclass
+class Message:
+    via: str  # "signal" or "update"
+    name: str
+    args: list[Any]
+
+
+def _raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
+    return RawValue(Payload(metadata={"encoding": encoding}, data=data))
+
+
+def _junk(rng: random.Random, depth: int = 0) -> Any:
+    pick = rng.randrange(8 if depth < 3 else 5)
+    if pick == 0:
+        return None
+    if pick == 1:
+        return rng.choice([True, False, 0, -1, 2**63, 1e308, -0.0])
+    if pick == 2:
+        return "".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x80, 0xD7FF), 0x1F600]))
+                       for _ in range(rng.randrange(40)))
+    if pick == 3:
+        return rng.choice(["approve", "abort", "mark_performed", "", "v1:issue_refund:", ALICE])
+    if pick == 4:
+        return rng.randrange(-10**6, 10**6)
+    if pick == 5:
+        return [_junk(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {rng.choice(["intent_key", "decision", "decided_by", "note", "signature", "x", ""]): _junk(rng, depth + 1)
+            for _ in range(rng.randrange(5))}
+
+
+def _lookalike(rng: random.Random, task_id: str, key: str) -> dict:
+    """A decision for the waiting call that must still change nothing."""
+    pick = rng.randrange(11)
+    if pick == 0:
+        return {"intent_key": key, "decision": "approve", "decided_by": ALICE}  # unsigned
+    if pick == 1:
+        return signed(task_id, key, "approve", by=ALICE, signer=OUTSIDER)  # forged
+    if pick == 2:
+        return signed(task_id, key, "approve", valid_for=timedelta(seconds=-rng.randrange(1, 10**6)))  # expired
+    if pick == 3:
+        return signed(f"{task_id}-other", key, "approve")  # another task
+    if pick == 4:
+        return signed(task_id, key, "approve", by="mallory@example.com", signer=OUTSIDER)  # not an approver
+    if pick == 5:
+        return signed(task_id, f"{key}x", "approve")  # another call
+    if pick == 6:
+        return signed(task_id, key, "mark_performed", provider_ref="re_123")  # not allowed for an approval
+    if pick == 7:
+        return {**signed(task_id, key, "reject"), "decision": "approve"}  # tampered after signing
+    if pick == 8:
+        return {**signed(task_id, key, "approve"), "skip_checks": True}  # extra field
+    if pick == 9:
+        good, dropped = signed(task_id, key, "approve", by=BOB), rng.choice(["intent_key", "decision", "decided_by"])
+        return {k: v for k, v in good.items() if k != dropped}  # a real approval, minus a required field
+    return {**signed(task_id, key, "approve"), "decision": rng.choice([5, None, ["approve"], "APPROVE"])}
+
+
+def _message(rng: random.Random, task_id: str, key: str) -> Message:
+    via = rng.choice(["signal", "signal", "update"])
+    name = "resolve" if via == "signal" else "decide"
+    if rng.random() < 0.06:
+        name = rng.choice(["approve", "", "Resolve", "resolve ", "decide\x00", "x" * 200, "\u00e9\u2603"])
+    shape = rng.randrange(10)
+    if shape == 0:
+        args: list[Any] = []
+    elif shape == 1:
+        args = [_lookalike(rng, task_id, key) for _ in range(rng.randrange(2, 4))]
+    elif shape == 2:
+        args = [_raw(rng.randbytes(rng.choice([0, 1, 64, 4096, 20_000])), rng.choice(ENCODINGS))]
+    elif shape == 3:
+        depth = rng.choice([50, 900, 2000, 4000])
+        args = [_raw(("[" * depth + "]" * depth).encode())]
+    elif shape == 4:
+        size = rng.choice([9_000, 100_000, 600_000]) if rng.random() < 0.1 else rng.choice([100, 5_000])
+        args = [{"intent_key": key, "decision": "approve", "decided_by": ALICE, "note": "n" * size}]
+    elif shape == 5:
+        args = [_raw(rng.choice([b"{", b"null", b'"\\ud800"', b"\xff\xfe{}", b"{\"intent_key\": NaN}",
+                                 json.dumps({"intent_key": key}).encode() * 3]))]
+    elif shape in (6, 7):
+        args = [_junk(rng)]
+    else:
+        args = [_lookalike(rng, task_id, key)]
+    return Message(via, name, args)
+
+
+async def _send(handle: WorkflowHandle, message: Message) -> str:
+    """`recorded` for a signal accepted by the server; for an Update, how the task answered it;
+    `server` when the server itself turned the message away (an empty name, say)."""
+    try:
+        if message.via == "signal":
+            await handle.signal(message.name, args=message.args)
+            return "recorded"
+        await handle.execute_update(message.name, args=message.args)
+    except RPCError:
+        return "server"
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        return "refused" if isinstance(cause, ApplicationError) and cause.type == "DecisionNotApplied" else repr(cause)
+    return "applied"
+
+
+async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_nothing(
+    client: Client, settings: Settings, world: World,
+):
+    strict = settings.model_copy(update={"approval_ceiling_cents": 10000})
+    rng = random.Random(SEED)
+    async with running_worker(client, strict):
+        handles = [await start(client, strict, scenario_task("SU-88421")) for _ in range(TASKS)]
+        keys = [(await waiting(h)).waiting_for.intent_key for h in handles]
+        ledger = world.effects()  # each refund's intent, left not_performed: approval_required
+        plan = [(h, _message(rng, h.id, k)) for _ in range(MESSAGES_PER_TASK) for h, k in zip(handles, keys)]
+        answers: list[str] = []
+        for start_at in range(0, len(plan), BATCH):
+            batch = plan[start_at:start_at + BATCH]
+            answers += await asyncio.gather(*(_send(h, m) for h, m in batch))
+        delivered = [(h, m) for (h, m), a in zip(plan, answers) if a != "server"]
+        sent = {h.id: sum(1 for g, _ in delivered if g is h) for h in handles}
+
+        async def all_recorded():
+            cps = [await checkpoint(h) for h in handles]
+            return cps if all(sum(cp.decision_counts.values()) >= sent[cp.task_id] for cp in cps) else None
+        cps = await wait_for(all_recorded, "every message to be recorded", 180)
+
+        updates = [a for (_, m), a in zip(plan, answers) if m.via == "update" and a != "server"]
+        assert len(delivered) >= 2000 and len(updates) > 300, (len(delivered), len(updates))
+        assert set(updates) == {"refused"}, f"seed {SEED}: {[a for a in updates if a != 'refused'][:3]}"
+        for cp in cps:
+            assert cp.state == "awaiting_human" and cp.decision_counts.get("applied", 0) == 0, cp.decision_counts
+            assert sum(cp.decision_counts.values()) == sent[cp.task_id]
+            assert len(cp.decisions) == DECISIONS_KEPT and len(cp.model_dump_json()) < 60_000
+        assert world.refunds("SU-88421") == [] and world.effects() == ledger
+
+        for handle, key in zip(handles, keys):
+            await handle.signal("resolve", signed(handle.id, key, "abort", note="end of the test"))
+        results = [await h.result() for h in handles]
+    assert {r.state for r in results} == {"cancelled"}
+    assert world.refunds("SU-88421") == [] and world.effects() == ledger
+    assert all(world.messages(h.id) == [] for h in handles)
+    for handle in handles:
+        history = await handle.fetch_history()
+        failed = [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
+        assert failed == [], f"seed {SEED}: {failed[0].workflow_task_failed_event_attributes.failure.message}"
