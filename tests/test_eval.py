@@ -190,10 +190,10 @@ async def test_a_teams_ticket_file_is_graded_on_its_expected_effects(stack: Stac
                        {"item_id": "shade", "description": "lamp shade", "amount_cents": 900}]}
     brief = "Support ticket SU-70001: the shade arrived cracked; refund it and tell the customer."
     lines = [
-        {"id": "shade-right", "scenario": "refund-8841", "brief": brief, "order": order,
+        {"id": "shade-right", "scenario": "refund-8841", "kind": "refund_request", "brief": brief, "order": order,
          "model_options": {"item_id": "shade"},
          "expect": {"refunds": [{"item_id": "shade", "amount_cents": 900}], "messages": {"customer": 1}}},
-        {"id": "shade-expects-lamp", "scenario": "refund-8841", "brief": brief, "order": order,
+        {"id": "shade-expects-lamp", "scenario": "refund-8841", "kind": "refund_request", "brief": brief, "order": order,
          "model_options": {"item_id": "shade"},
          "expect": {"refunds": [{"item_id": "lamp", "amount_cents": 2500}], "messages": {"customer": 1}}},
     ]

@@ -2,7 +2,7 @@
 
 A team's tickets come from a JSONL file, one ticket per line:
 
-    {"id": "shelf-broken", "scenario": "SU-88421",
+    {"id": "shelf-broken", "scenario": "SU-88421", "kind": "refund_ticket",
      "brief": "Support ticket SU-70001: the shelf arrived broken; refund it and tell the customer.",
      "order": {"order_id": "SU-70001", "customer_name": "Ada", "customer_email": "ada@example.com",
                "seller": "Oak & Co", "seller_email": "shop@oak.example",
@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from core.domain import Invoice, Order
+from core.kinds import TaskKind
 from core.models import TaskInput
 from devstack.scenarios import INVOICES, ORDERS, invoice_inv_9, refund_8841, su_88421
 
@@ -55,7 +56,9 @@ class Expect(BaseModel):
 
 class Ticket(BaseModel):
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    scenario: str = Field(description="the task kind; the scripted model plans by it")
+    scenario: str = Field(description="the scripted model plans by it")
+    kind: TaskKind | None = Field(default=None, description="the task kind (its tools); default: "
+                                  "supplier_payment for an invoice, refund_ticket for an order")
     brief: str = Field(min_length=1)
     order: Order | None = None
     invoice: Invoice | None = None
@@ -88,7 +91,8 @@ class Ticket(BaseModel):
 
     def task(self, task_id: str) -> TaskInput:
         key = "order_id" if self.order is not None else "invoice_id"
-        return TaskInput(task_id=task_id, scenario=self.scenario, brief=self.brief,
+        kind = self.kind or (TaskKind.REFUND_TICKET if self.order is not None else TaskKind.SUPPLIER_PAYMENT)
+        return TaskInput(task_id=task_id, scenario=self.scenario, kind=kind, brief=self.brief,
                          facts={key: self.resource_id, **self.facts}, model_options=self.model_options)
 
     def recipient(self, who: str) -> str:
@@ -102,8 +106,8 @@ class Ticket(BaseModel):
 
 def _from_task(task: TaskInput, order: Order | None, invoice: Invoice | None, expect: Expect) -> Ticket:
     extra = {k: v for k, v in task.facts.items() if k not in ("order_id", "invoice_id")}
-    return Ticket(id=task.scenario, scenario=task.scenario, brief=task.brief, order=order, invoice=invoice,
-                  facts=extra, expect=expect)
+    return Ticket(id=task.scenario, scenario=task.scenario, kind=task.kind, brief=task.brief, order=order,
+                  invoice=invoice, facts=extra, expect=expect)
 
 
 def _built_in() -> list[Ticket]:
