@@ -226,3 +226,9 @@ async def test_real_backends_are_columns_through_their_sdks(stack: Stack, tmp_pa
     assert all(r.observed.turns == 7 for r in runs if r.condition == "none")
     assert len(openai.requests) >= 3 * 7 and len(anthropic.requests) >= 3 * 7
     assert all(req.status == 200 for req in [*openai.requests, *anthropic.requests])
+
+
+def test_a_provider_that_cannot_be_read_passes_nothing_that_depends_on_it():
+    g = grade(SU, observed(refunds=[], unreadable="APIError: injected"), may_escalate=False)
+    assert {"effects", "ledger", "truth"} <= set(g.failures)
+    assert "could not read the provider: APIError: injected" in g.checks["effects"].detail

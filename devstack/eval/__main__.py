@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from devstack.eval.columns import default_columns, parse_column
@@ -123,8 +124,10 @@ async def evaluate(args: argparse.Namespace, console: Console) -> int:
         for run in runs:
             if not run.passed and not run.baseline:
                 why = "; ".join(c.detail for c in run.grade.checks.values() if not c.ok)
+                trail = "; ".join(f"{step}: {' / '.join(lines)}" for step, lines in run.observed.trail.items())
+                why += f" [{trail}]" if trail else ""
                 console.print(f"[bold red]FAILED[/] {run.ticket} / {run.condition} / {run.column} "
-                              f"({run.task_id}): {why}", markup=True, highlight=False)
+                              f"({run.task_id}): {escape(why)}", markup=True, highlight=False)
         if args.markdown:
             print(markdown(runs))
         console.print(f"{total} runs in {time.monotonic() - started:.0f} s; reports in {args.out}/report.json "

@@ -48,6 +48,7 @@ class Observed:
     turns: int = 0
     tool_calls: int = 0
     seconds: float = 0.0
+    unreadable: str | None = None  # the provider could not be read: nothing that depends on it passes
 
 
 @dataclass
@@ -86,6 +87,10 @@ class Grade:
 def grade(ticket: Ticket, seen: Observed, may_escalate: bool) -> Grade:
     """Grade one run. `may_escalate`: the condition makes a human's decision an honest end."""
     escalated = seen.state in ESCALATED and seen.state != ticket.expect.state
+    if seen.unreadable:
+        blind = Check(False, "unreadable", f"could not read the provider: {seen.unreadable}")
+        return Grade({"state": _state(ticket.expect, seen.state, may_escalate), "effects": blind, "ledger": blind,
+                      "messages": _messages(ticket, seen, exact=False), "truth": blind})
     return Grade({
         "state": _state(ticket.expect, seen.state, may_escalate),
         "effects": _effects(ticket.expect, seen, exact=not escalated and seen.state in SETTLED),

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import psutil
+import stripe
 from temporalio.client import Client, WorkflowHandle, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
@@ -223,10 +224,14 @@ class Runner:
                        seconds: float) -> Observed:
         refunds: list[dict[str, Any]] = []
         payments: list[dict[str, Any]] = []
-        if ticket.order is not None:
-            refunds = await asyncio.to_thread(self._refunds, ticket.order.order_id)
-        else:
-            payments = await asyncio.to_thread(self.world.payments, ticket.invoice.invoice_id)
+        unreadable = None
+        try:
+            if ticket.order is not None:
+                refunds = await asyncio.to_thread(self._refunds, ticket.order.order_id)
+            else:
+                payments = await asyncio.to_thread(self._payments, ticket.invoice.invoice_id)
+        except stripe.StripeError as err:
+            unreadable = f"{type(err).__name__}: {err.user_message or err}"
         effects = await asyncio.to_thread(self.world.effects, task_id)
         messages = await asyncio.to_thread(self.world.messages, task_id)
         return Observed(
@@ -234,7 +239,7 @@ class Runner:
             ledger=[e for e in effects if e["tool"] in MONEY_TOOLS], messages=messages,
             final_answer=cp.final_answer if cp else None, turns=cp.turns if cp else 0,
             trail={name: step.trail for name, step in cp.steps.items() if step.intent_key} if cp else {},
-            tool_calls=sum(cp.calls.values()) if cp else 0, seconds=seconds)
+            tool_calls=sum(cp.calls.values()) if cp else 0, seconds=seconds, unreadable=unreadable)
 
     def _refunds(self, order_id: str) -> list[dict[str, Any]]:
         """The order's refunds at the provider, with the item each names (the naive tool names none)."""
@@ -244,6 +249,18 @@ class Runner:
             metadata = r.metadata.to_dict()
             out.append({"id": r.id, "amount_cents": r.amount, "status": r.status,
                         "item_id": metadata.get("item_id"), "intent_key": metadata.get(KEY_FIELD)})
+        return out
+
+    def _payments(self, invoice_id: str) -> list[dict[str, Any]]:
+        """The invoice's payments at the provider: every PaymentIntent of the account to its payee that
+        names the invoice (read in full, so the grade depends on no filter of the provider's)."""
+        record = self.records.invoice(invoice_id)
+        out = []
+        for p in self.gateway.payments():
+            metadata = p.metadata.to_dict()
+            if p.customer == record.customer_ref and metadata.get("invoice_id") == invoice_id:
+                out.append({"id": p.id, "amount_cents": p.amount, "status": p.status,
+                            "intent_key": metadata.get(KEY_FIELD)})
         return out
 
     def _ui(self, task_id: str) -> str | None:
