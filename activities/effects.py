@@ -22,6 +22,7 @@ attempt: unknown, and a human decides.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,9 +46,10 @@ from activities.ledger import (
     Settled,
 )
 from activities.payments import NotSent, send_before
-from core.models import Outcome, ToolInput, ToolResult
+from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 
 AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError)
+log = logging.getLogger("agent.effects")
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,50 @@ class Effects:
                                   f"refunded in total with this call, {claim.scope} would reach {claim.total_cents} "
                                   f"cents, over the {claim.ceiling_cents} cents approval ceiling")
         return self._send(intent, attempt, claim)
+
+    def decide(self, settle: SettleInput, records: list[ProviderEffect] | None,
+               resources: tuple[str, ...]) -> SettleVerdict:
+        """A human's word on an intent, checked against the provider's records before the ledger
+        keeps it. `resources` are the intent's (its subject first); no records: not a provider effect."""
+        found = None
+        if records is not None:
+            why = self._contradiction(settle, records, resources)
+            if why is not None:
+                log.warning("human decision refused", extra={"intent_key": settle.intent_key, "why": why})
+                return SettleVerdict(applied=False, why=why)
+            found = next((r for r in records if r.ref == settle.provider_ref), None)
+        effect = self._ledger.decided(
+            settle.intent_key, ("intent", "unknown", "not_performed"), settle.status, settle.provider_ref,
+            found.amount_cents if found else None,
+            {"decided_by": settle.decided_by, "note": settle.note[:500], "source": "human"},
+            settle.task_id, settle.tool, settle.arguments, f"human:{settle.decided_by}")
+        if effect.status != settle.status or (found and effect.provider_ref != found.ref):
+            return SettleVerdict(applied=False, why=f"the ledger holds this intent as {effect.status} "
+                                                    f"({effect.provider_ref}); performed is final")
+        return SettleVerdict(applied=True)
+
+    def _contradiction(self, settle: SettleInput, records: list[ProviderEffect],
+                       resources: tuple[str, ...]) -> str | None:
+        mine = _match(records, settle.intent_key)
+        if settle.status == "not_performed":
+            return f"the provider holds this intent as {mine.ref}: it was performed" if mine else None
+        if mine is not None and mine.ref != settle.provider_ref:
+            return f"the provider holds this intent as {mine.ref}, not {settle.provider_ref}"
+        record = next((r for r in records if r.ref == settle.provider_ref), None)
+        if record is None:
+            return f"the provider has no effect {settle.provider_ref} on {resources[0]}"
+        if record.resources[:1] != resources[:1] and not (record.resources and record.resources[0] in resources[1:]):
+            return f"{record.ref} is an effect on {record.resources[0] if record.resources else 'nothing of ours'}, " \
+                   f"not on {resources[0]}"
+        wanted = settle.arguments.get("amount_cents")
+        if wanted is not None and record.amount_cents != wanted:
+            return f"{record.ref} is {record.amount_cents} cents; this intent is {wanted} cents"
+        if record.status not in ("succeeded", "pending"):
+            return f"{record.ref} is {record.status}"
+        taken = [e.intent_key for e in self._ledger.by_ref(record.ref) if e.intent_key != settle.intent_key]
+        if taken:
+            return f"{record.ref} is already recorded for intent {taken[0]}"
+        return None
 
     # --- steps ----------------------------------------------------------------------------
 

@@ -323,6 +323,11 @@ class EffectLedger:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
+    def by_ref(self, provider_ref: str) -> list[Effect]:
+        with self._db.connect() as conn:
+            rows = conn.execute("SELECT * FROM effects WHERE provider_ref = :ref", {"ref": provider_ref}).fetchall()
+        return [Effect.from_row(r) for r in rows]
+
     def live_keys(self, keys: list[str]) -> set[str]:
         """Which of these keys hold amounts in the ledger (intent, performed or unknown)."""
         if not keys:

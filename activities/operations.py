@@ -1,4 +1,5 @@
-"""Alerts, dead letters and human decisions: how a task that needs people reaches them."""
+"""Alerts and dead letters: how a task that needs people reaches them (a human's word on an effect is
+recorded by the tools, activities/tools.py, which check it against the provider)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import aiohttp
 from temporalio import activity
 
 from activities.db import Database
-from core.models import AlertInput, DeadLetterInput, SettleInput
+from core.models import AlertInput, DeadLetterInput
 
 log = logging.getLogger("agent.alerts")
 
@@ -26,7 +27,7 @@ class OperationsActivities:
         self._token = webhook_token
 
     def activities(self) -> list:
-        return [self.raise_alert, self.store_dead_letter, self.record_human_decision]
+        return [self.raise_alert, self.store_dead_letter]
 
     @activity.defn(name="raise_alert")
     async def raise_alert(self, alert: AlertInput) -> str:
@@ -65,24 +66,6 @@ class OperationsActivities:
                 " VALUES (:task, :run, :reason, :checkpoint, :now) ON CONFLICT (task_id, run_id) DO NOTHING",
                 {"task": letter.task_id, "run": letter.run_id, "reason": letter.reason,
                  "checkpoint": json.dumps(letter.checkpoint), "now": time.time()})
-
-    @activity.defn(name="record_human_decision")
-    async def record_human_decision(self, settle: SettleInput) -> None:
-        await asyncio.to_thread(self._settle, settle)
-
-    def _settle(self, settle: SettleInput) -> None:
-        now = time.time()
-        detail = json.dumps({"decided_by": settle.decided_by, "note": settle.note, "source": "human"})
-        with self._db.connect() as conn:
-            conn.execute(
-                "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, provider_ref, detail,"
-                " created_at, updated_at) VALUES (:key, :task, :tool, :args, :status, :owner, :ref, :detail, :now,"
-                " :now) ON CONFLICT (intent_key) DO UPDATE SET status = excluded.status,"
-                " provider_ref = COALESCE(excluded.provider_ref, effects.provider_ref), detail = excluded.detail,"
-                " lease_until = 0, updated_at = excluded.updated_at",
-                {"key": settle.intent_key, "task": settle.task_id, "tool": settle.tool,
-                 "args": json.dumps(settle.arguments, sort_keys=True), "status": settle.status,
-                 "owner": f"human:{settle.decided_by}", "ref": settle.provider_ref, "detail": detail, "now": now})
 
 
 def dead_letters(db: Database, task_id: str | None = None) -> list[dict[str, Any]]:

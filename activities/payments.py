@@ -106,8 +106,7 @@ class StripeGateway:
 
     def payments_to(self, customer_id: str) -> list[Any]:
         """Our payments to a payee. Real Stripe filters by customer; localstripe lists all."""
-        page = self._client.v1.payment_intents.list(params={"customer": customer_id, "limit": 100})
-        return [p for p in page.auto_paging_iter() if p.customer == customer_id]
+        return [p for p in self.payments() if p.customer == customer_id]
 
     def find_payment(self, customer_id: str, key: str) -> Any | None:
         """Our payment to a payee, matched by intent key in metadata."""

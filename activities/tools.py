@@ -14,7 +14,7 @@ from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway
 from activities.records import Records, send_once, upsert_confirmation
-from core.models import Outcome, ToolInput, ToolResult
+from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 from core.tools import (
     GetOrderArgs,
     IssueRefundArgs,
@@ -64,7 +64,7 @@ class ToolActivities:
     def activities(self) -> list[Callable]:
         return [self.get_order, self.search_policy, self.lookup_invoice, self.issue_refund,
                 self.write_confirmation, self.notify_customer, self.message_seller, self.schedule_pickup,
-                self.send_payment, self.send_email]
+                self.send_payment, self.send_email, self.record_human_decision]
 
     # --- reads -------------------------------------------------------------------------
 
@@ -168,6 +168,29 @@ class ToolActivities:
             send=lambda: _payment_effect(self._gateway.charge(payee_ref, args.amount_cents, args.currency, metadata,
                                                               key)),
         ))
+
+    # --- a human's word on an effect -----------------------------------------------------
+
+    @activity.defn(name="record_human_decision")
+    async def record_human_decision(self, settle: SettleInput) -> SettleVerdict | None:
+        """mark_performed / mark_not_performed, recorded only when the provider's records agree."""
+        return await _in_thread(self._record_human_decision, settle)
+
+    def _record_human_decision(self, settle: SettleInput) -> SettleVerdict:
+        records, resources = None, (settle.intent_key,)
+        if settle.tool == "issue_refund":
+            record = self._records.order(settle.arguments["order_id"])
+            if record is not None:
+                order_id = record.order.order_id
+                resources = (item_resource(order_id, settle.arguments["item_id"]), order_resource(order_id))
+                records = [_refund_effect(r, order_id) for r in self._gateway.refunds(record.payment_intent_id)]
+        elif settle.tool == "send_payment":
+            record = self._records.invoice(settle.arguments["invoice_id"])
+            if record is not None:
+                resources = (invoice_resource(record.invoice.invoice_id),)
+                records = [_payment_effect(p) for p in self._gateway.payments_to(record.customer_ref)
+                           if _metadata(p).get("invoice_id") == record.invoice.invoice_id]
+        return self._effects.decide(settle, records, resources)
 
     # --- writes to people and records --------------------------------------------------
 

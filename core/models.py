@@ -127,7 +127,9 @@ class DecisionRecord(BaseModel):
     """A decision received, applied or not, with who sent it and why it was not applied."""
 
     received_at: str
-    via: Literal["signal", "update"] = "signal"
+    via: Literal["signal", "update", "provider_check"] = Field(
+        default="signal", description="how it came; provider_check: a mark_performed / mark_not_performed that"
+                                      " was applied, then refused because the provider's records contradict it")
     status: DecisionStatus
     why: str | None = None
     decision: ResolveInput | None = None
@@ -207,6 +209,13 @@ class SettleInput(BaseModel):
     provider_ref: str | None = None
     decided_by: str
     note: str = ""
+
+
+class SettleVerdict(BaseModel):
+    """Whether a human's word on an intent was recorded: it must agree with the provider's records."""
+
+    applied: bool
+    why: str | None = None
 
 
 class ModelTurnInput(BaseModel):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from pydantic import SecretStr
 from temporalio.client import Client
 
 from activities.db import Database
-from activities.ledger import EffectLedger
+from activities.ledger import Claimed, EffectLedger, Hold, Request
 from activities.payments import StripeGateway
 from devstack.seed import seed_scenarios
 from activities.world import World
@@ -72,9 +73,12 @@ def _claim_many(url: str, key: str, threads: int, go, results) -> None:
 
     def one(i: int) -> None:
         barrier.wait()
-        claim = ledger.claim(key, "task", "issue_refund", {"n": 1}, f"{multiprocessing.current_process().pid}-{i}",
-                             lease_seconds=60)
-        results.put((claim.fresh, claim.effect.owner))
+        now = time.time()
+        claim = ledger.claim(Request(
+            intent_key=key, task_id="task", tool="issue_refund", arguments={"n": 1}, amount_cents=100,
+            owner=f"{multiprocessing.current_process().pid}-{i}", attempt=1, lease_until=now + 60, horizon=now + 90,
+            holds=(Hold(f"item:{key}", 100, 100),)))
+        results.put((isinstance(claim, Claimed), claim.effect.owner))
 
     go.wait(30)
     workers = [threading.Thread(target=one, args=(i,)) for i in range(threads)]

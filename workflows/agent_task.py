@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.authority import AuthorityActivities
     from activities.model import ModelActivities
     from activities.operations import OperationsActivities
+    from activities.tools import ToolActivities
     from core import names, policies
     from core.authority import DECISIONS_KEPT, narrow, out_of_scope, read_decision, screen
     from core.gate import Rejection, validate_call
@@ -280,6 +281,9 @@ class AgentTaskWorkflow:
                 self._record(call.step, result)
             decision = await self._await_decision(call.spec.name, call.arguments, call.decision_key, reason, detail)
             result = await _ACTIONS[decision.decision](self, task, call, decision, reason)
+            if isinstance(result, _Refused):  # the provider's records contradict the human: ask again
+                detail = f"{decision.decision} by {decision.decided_by} refused: {result.why}"
+                continue
             if result is not None:
                 return result
             reason = None
@@ -320,19 +324,22 @@ class AgentTaskWorkflow:
         return _human_result(call, Outcome.NOT_PERFORMED, decision, reason="rejected_by_human")
 
     async def _settle(self, task: TaskInput, call: _Call, decision: ResolveInput,
-                      reason: EscalationReason) -> ToolResult:
+                      reason: EscalationReason) -> ToolResult | _Refused:
         """A human says what happened: the ledger records it, the model is told."""
         if call.key is None:
             return ToolResult(tool=call.spec.name, reason="marked_by_human", message=decision.note)
         performed = decision.decision == "mark_performed"
-        await workflow.execute_activity_method(
-            OperationsActivities.record_human_decision,
+        verdict = await workflow.execute_activity_method(
+            ToolActivities.record_human_decision,
             SettleInput(task_id=task.task_id, tool=call.spec.name, intent_key=call.key, arguments=call.arguments,
                         status="performed" if performed else "not_performed", provider_ref=decision.provider_ref,
                         decided_by=decision.decided_by, note=decision.note),
             start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
             summary=f"ledger: {decision.decision} {call.key} by {decision.decided_by}",
         )
+        if workflow.patched(_SETTLE_CHECKED) and verdict is not None and not verdict.applied:
+            self._log_decision("provider_check", "refused", verdict.why, decision=decision)
+            return _Refused(verdict.why or "")
         data = {"source": "human", "decided_by": decision.decided_by, "provider_ref": decision.provider_ref,
                 **({"amount_cents": call.arguments["amount_cents"]} if "amount_cents" in call.arguments else {})}
         if performed:
@@ -569,8 +576,18 @@ class AgentTaskWorkflow:
         workflow.set_current_details(current_details(self._checkpoint))
 
 
+@dataclass(frozen=True)
+class _Refused:
+    """A human's mark_performed / mark_not_performed that the provider's records contradict."""
+
+    why: str
+
+
+# Since this change the workflow reads record_human_decision's verdict; older histories did not.
+_SETTLE_CHECKED = "settle-checked-against-provider"
+
 _Action = Callable[[AgentTaskWorkflow, TaskInput, _Call, ResolveInput, EscalationReason],
-                   Awaitable["ToolResult | None"]]
+                   Awaitable["ToolResult | _Refused | None"]]
 
 # What each decision does to the call that waits for it (abort ends the task in _await_decision).
 # An action answers the call, or returns None: run the call again.
