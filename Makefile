@@ -7,7 +7,7 @@ PYTHON := $(VENV)/bin/python
 CHROMIUM := /usr/bin/chromium
 COMPOSE := /usr/bin/docker-compose
 
-.PHONY: install demo test up down status bench record chaos load
+.PHONY: install demo test up down status bench record chaos load eval
 
 install: $(VENV)/.installed
 
@@ -52,6 +52,11 @@ chaos: $(VENV)/.installed
 
 load: $(VENV)/.installed
 	$(PYTHON) -m devstack.load
+
+# Tickets x provider conditions x model backends, graded on the world; exit 1 when a run outside
+# the naive baseline pays twice, loses its task or tells the customer something false.
+eval: $(VENV)/.installed
+	$(PYTHON) -m devstack.eval $(EVAL_ARGS)
 
 # Re-record the replay corpus on purpose (see tests/histories/README.md).
 record: $(VENV)/.installed
