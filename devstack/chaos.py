@@ -375,7 +375,8 @@ def _pid(identity: str) -> int | None:
 
 def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[str]]:
     """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and a
-    description of each timeout that no kill explains."""
+    description of each timeout that no kill explains. `kills` may hold pauses too: a step whose
+    timeout a pause explains is of kind `paused`."""
     found: list[tuple[str, float, float]] = []
     unattributed: list[str] = []
     by_id = {e.event_id: e for e in events}
@@ -400,7 +401,7 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
                 name = scheduled.activity_task_scheduled_event_attributes.activity_type.name if scheduled else "?"
                 unattributed.append(f"activity {name} {TimeoutType.Name(failure.timeout_failure_info.timeout_type)}")
             else:
-                found.append(("activity", kill.at, _ts(event) - kill.at))
+                found.append(("paused" if kill.paused_for else "activity", kill.at, _ts(event) - kill.at))
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             attrs = event.workflow_task_timed_out_event_attributes
             resumed = next((e for e in events[i + 1:]
@@ -419,7 +420,7 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
             if kill is None:
                 unattributed.append(f"workflow task {TimeoutType.Name(attrs.timeout_type)}")
             else:
-                found.append(("workflow_task", kill.at, _ts(resumed) - kill.at))
+                found.append(("paused" if kill.paused_for else "workflow_task", kill.at, _ts(resumed) - kill.at))
     return found, unattributed
 
 
@@ -617,12 +618,12 @@ async def _judge(mode: str, plan: list[ChaosTicket], client: Client, tracker: Tr
     histories = await asyncio.gather(*(history(client.get_workflow_handle(t)) for t in tracker.handles))
     paused = 0
     for task_id, h in zip(tracker.handles, histories):
-        found, missed = resumptions(list(h.events), killer.kills)
-        # A timeout no kill explains may be a pause's: its worker stopped, not dead.
-        _, missed_by_both = resumptions(list(h.events), killer.kills + killer.pauses)
-        paused += len(missed) - len(missed_by_both)
-        unattributed += missed_by_both
+        found, missed = resumptions(list(h.events), sorted(killer.kills + killer.pauses, key=lambda k: k.at))
+        unattributed += missed
         for kind, kill, delay in found:
+            if kind == "paused":  # its worker stopped and woke up: not a kill -> resume figure
+                paused += 1
+                continue
             resume[kind].append(delay)
             per_step.append({"task_id": task_id, "kind": kind, "kill": kill, "delay": round(delay, 3)})
     if data_dir is not None:
