@@ -373,12 +373,23 @@ def _pid(identity: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[str]]:
-    """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and a
-    description of each timeout that no kill explains. `kills` may hold pauses too: a step whose
-    timeout a pause explains is of kind `paused`."""
+# A pause explains a timeout up to this long after SIGCONT (the longest of the workflow task timeout,
+# 3 s, the sticky-queue timeout and the tool heartbeat timeout, with room): later ones are a busy worker's.
+PAUSE_REACH = 5.0
+
+
+def _explains(kill: Kill, at: float) -> bool:
+    """A kill explains a timeout of its pid any time after it (the process is gone); a pause only
+    while the process was stopped and shortly after it woke up."""
+    return kill.at <= at and (not kill.paused_for or at <= kill.at + kill.paused_for + PAUSE_REACH)
+
+
+def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[tuple[str, float]]]:
+    """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and
+    (description, time) of each timeout that no kill explains. `kills` may hold pauses too: a step
+    whose timeout a pause explains is of kind `paused`."""
     found: list[tuple[str, float, float]] = []
-    unattributed: list[str] = []
+    unattributed: list[tuple[str, float]] = []
     by_id = {e.event_id: e for e in events}
     for i, event in enumerate(events):
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -391,7 +402,7 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
                 continue
             scheduled = by_id.get(attrs.scheduled_event_id)
             lo = _ts(scheduled) if scheduled else 0.0
-            candidates = [k for k in kills if lo <= k.at <= _ts(event)]
+            candidates = [k for k in kills if lo <= k.at and _explains(k, _ts(event))]
             # Eager dispatch runs an activity on the worker that completed the workflow task scheduling it.
             completer = next((e for e in reversed(events[:attrs.scheduled_event_id])
                               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED), None)
@@ -399,7 +410,8 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
             kill = next((k for k in candidates if k.pid == pid), candidates[0] if candidates else None)
             if kill is None:
                 name = scheduled.activity_task_scheduled_event_attributes.activity_type.name if scheduled else "?"
-                unattributed.append(f"activity {name} {TimeoutType.Name(failure.timeout_failure_info.timeout_type)}")
+                unattributed.append((f"activity {name} {TimeoutType.Name(failure.timeout_failure_info.timeout_type)}",
+                                     _ts(event)))
             else:
                 found.append(("paused" if kill.paused_for else "activity", kill.at, _ts(event) - kill.at))
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
@@ -417,8 +429,10 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
                 scheduled = by_id.get(attrs.scheduled_event_id)
                 pid = _pid(scheduled.workflow_task_scheduled_event_attributes.task_queue.name) if scheduled else None
             kill = max((k for k in kills if k.pid == pid and k.at <= _ts(event)), key=lambda k: k.at, default=None)
+            if kill is not None and not _explains(kill, _ts(event)):
+                kill = None  # its last pause ended long before: a busy worker's timeout
             if kill is None:
-                unattributed.append(f"workflow task {TimeoutType.Name(attrs.timeout_type)}")
+                unattributed.append((f"workflow task {TimeoutType.Name(attrs.timeout_type)}", _ts(event)))
             else:
                 found.append(("paused" if kill.paused_for else "workflow_task", kill.at, _ts(resumed) - kill.at))
     return found, unattributed
@@ -608,7 +622,7 @@ async def _judge(mode: str, plan: list[ChaosTicket], client: Client, tracker: Tr
                 details.append(f"{state}: {t}: {tracker.notes.get(t, '')}")
 
     resume: dict[str, list[float]] = {"activity": [], "workflow_task": []}
-    unattributed: list[str] = []
+    unattributed: list[tuple[str, float]] = []
     per_step: list[dict[str, Any]] = []
     sem = asyncio.Semaphore(16)
 
@@ -621,16 +635,16 @@ async def _judge(mode: str, plan: list[ChaosTicket], client: Client, tracker: Tr
         found, missed = resumptions(list(h.events), sorted(killer.kills + killer.pauses, key=lambda k: k.at))
         unattributed += missed
         for kind, kill, delay in found:
+            per_step.append({"task_id": task_id, "kind": kind, "kill": kill, "delay": round(delay, 3)})
             if kind == "paused":  # its worker stopped and woke up: not a kill -> resume figure
                 paused += 1
-                continue
-            resume[kind].append(delay)
-            per_step.append({"task_id": task_id, "kind": kind, "kill": kill, "delay": round(delay, 3)})
+            else:
+                resume[kind].append(delay)
     if data_dir is not None:
         (data_dir / "kills.json").write_text(json.dumps({"kills": [k.__dict__ for k in killer.kills],
                                                          "pauses": [p.__dict__ for p in killer.pauses]}, indent=1))
         (data_dir / "resumptions.json").write_text(json.dumps(
-            {"resumed": per_step, "unattributed": unattributed}, indent=1))
+            {"resumed": per_step, "unattributed": [{"timeout": d, "at": at} for d, at in unattributed]}, indent=1))
 
     return ChaosReport(
         mode=mode, tasks=len(plan), kills=len(killer.kills), faults=faults, states=states, lost=lost,
@@ -638,7 +652,7 @@ async def _judge(mode: str, plan: list[ChaosTicket], client: Client, tracker: Tr
         orders_over_refunded=over_refunded, duplicate_refunds=duplicate, refunds_without_ledger_row=no_row,
         refunds_with_not_performed_row=lying_row, performed_rows_without_refund=missing,
         tickets_with_refunds_above_one=above_one, completed_without_refund=completed_bad, provider_refunds=total,
-        resume=resume, unattributed_timeouts=unattributed, paused_timeouts=paused,
+        resume=resume, unattributed_timeouts=[d for d, _ in unattributed], paused_timeouts=paused,
         unexpected_worker_exits=len(killer.unexpected),
         stop_exit_codes=[], seconds={}, details=details,
     )
