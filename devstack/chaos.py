@@ -5,16 +5,25 @@ the world, not on the model's replies.
     python -m devstack.chaos [--tickets 300] [--mode dedupe|passthrough|both] [--seed N] [--rate 10]
 
 For each edge mode it starts its own stack (Temporal dev server + localstripe behind the Stripe
-edge, free ports, a temporary folder), seeds N paid batch orders, starts two `worker.py`
-processes (STRIPE_TIMEOUT_SECONDS=1) and then, at the same time:
+edge, free ports, a temporary folder), seeds the paid batch orders the tickets need, starts two
+`worker.py` processes (STRIPE_TIMEOUT_SECONDS=1, STRIPE_PROCESSING_WINDOW_SECONDS=2.5: the
+deployment's word for how late a request may still land at the provider, which must cover the
+slow POST's hold minus the client timeout, plus a margin) and then, at the same time:
 
-- starts the N refund tickets (`core.scenarios.batch_ticket`) at `--rate` tasks per second;
-- a killer SIGKILLs one of the two workers (chosen by a seeded RNG) after a seeded random
-  1-5 s, restarts it, waits for it to be ready, and draws the next interval;
+- starts the N refund tickets at `--rate` tasks per second (`chaos_tickets`, seeded): most refund
+  their own order's item in full; some are a customer's second ticket for an item another ticket
+  refunds (often at the same time); some refund part of an item (a split refund) and a later
+  ticket the rest; so the ledger's budgets per item and per order are exercised across tasks;
+- a killer, after a seeded random 1-5 s, either SIGKILLs one of the two workers (chosen by a seeded
+  RNG), restarts it and waits for it to be ready, or (a third of the time) SIGSTOPs it and SIGCONTs
+  it after a seeded 2-10 s (a process that wakes up late, after its leases and heartbeats ran out);
+  then it draws the next interval;
 - the edge fires, on a seeded fraction of `POST /v1/refunds`, one of timeout_after_accept
   (answer after the client's 1 s timeout), error_after_commit, error_before_commit,
-  drop_after_commit and drop_before_commit, and `slow` (0.4 s, under the client's timeout) on
-  a fraction of `GET /v1/refunds` (the lookups and the refundable-amount check).
+  drop_after_commit and drop_before_commit, and `slow` (held 2.5 s before it is forwarded: longer
+  than the client's timeout, so the lookup right after the timeout cannot see it yet); and `slow`
+  (0.4 s, under the client's timeout) on a fraction of `GET /v1/refunds` (the lookups and the
+  refundable-amount check).
 
 The chaos lasts while tickets are being started and then until every task is settled (a final
 state, or `awaiting_human`) or `--chaos-tail` seconds have passed. Then it reads the edge's
@@ -26,10 +35,12 @@ deadline is *lost*.
 
 The world is then read from the provider and the ledger: every refund localstripe holds for
 each batch order's PaymentIntent (`World.refunds`) and every `issue_refund` ledger row
-(`World.effects`). Figures that must be 0: lost tasks, provider refunds beyond the first per
-intent key, provider refunds with no ledger row, provider refunds whose ledger row says
-`not_performed`, `performed` ledger rows with no provider refund (or another refund id), and
-completed tasks without exactly one refund.
+(`World.effects`). Figures that must be 0: lost tasks, order items paid twice (the provider's
+refunds of one (order, item) summing above the item's price), provider refunds beyond the first
+per intent key, orders refunded beyond what was paid, provider refunds with no ledger row,
+provider refunds whose ledger row says `not_performed`, `performed` ledger rows with no provider
+refund (or another refund id), tickets with more than one refund of their own, and completed
+tickets whose item holds no refund.
 
 Kill -> resume time, derived from the event histories (server timestamps; the server runs on
 this machine, so they share the killer's wall clock). Each kill records the victim's pid, which is
@@ -51,7 +62,8 @@ the pid in a worker's identity (`pid@host`) and in its sticky queue's name (`pid
 The delay is resume time minus kill time, per interrupted step; the table gives p50 and p99
 (nearest rank) for activities, workflow tasks and both. A timeout whose worker was not killed
 (a live but starved worker that missed a heartbeat or a workflow task deadline) is counted
-apart and left out of the figures.
+apart and left out of the figures; one in a window where its worker was paused (SIGSTOP) is
+counted as a pause's.
 """
 
 from __future__ import annotations
@@ -62,6 +74,7 @@ import json
 import math
 import random
 import shutil
+import os
 import signal
 import sys
 import tempfile
@@ -83,7 +96,7 @@ from activities.payments import StripeGateway
 from devstack.seed import seed_scenarios
 from activities.world import World
 from infra.settings import Settings
-from core.models import Checkpoint, TaskResult
+from core.models import Checkpoint, TaskInput, TaskResult
 from core.names import STATUS_ATTR
 from devstack.scenarios import batch_order, batch_ticket
 from devstack.processes import WorkerProcess
@@ -93,23 +106,90 @@ from starter import start_task
 
 MODES = ("dedupe", "passthrough")
 POST_FAULTS = ("timeout_after_accept", "error_after_commit", "error_before_commit", "drop_after_commit",
-               "drop_before_commit")
-FAULT_KINDS = (*POST_FAULTS, "slow")
+               "drop_before_commit", "slow")
+# (label, edge stats key): the edge counts each fault, and each fault per method.
+FAULT_KINDS = (*((f"{f} (POST)", f"{f}:POST") for f in POST_FAULTS), ("slow (GET)", "slow:GET"))
 FINAL = ("completed", "dead_lettered", "cancelled")
 SETTLED = (*FINAL, "awaiting_human")
 CLIENT_TIMEOUT = 1.0
+SLOW_POST_SECONDS = 2.5  # the provider holds a refund longer than the client waits for it
 WORKERS = 2
 
 
 def fault_rules(post_probability: float = 0.07, slow_probability: float = 0.2,
-                slow_seconds: float = 0.4) -> list[dict[str, Any]]:
-    """Each POST fault on its own fraction of refund POSTs (about 30% of them faulted in all)."""
+                slow_seconds: float = 0.4, slow_post_seconds: float = SLOW_POST_SECONDS) -> list[dict[str, Any]]:
+    """Each POST fault on its own fraction of refund POSTs (about 35% of them faulted in all)."""
+    delays = {"timeout_after_accept": CLIENT_TIMEOUT + 1.0, "slow": slow_post_seconds}
     rules = [{"fault": fault, "method": "POST", "path": "/v1/refunds", "probability": post_probability,
-              "delay_seconds": CLIENT_TIMEOUT + 1.0 if fault == "timeout_after_accept" else 0.0}
+              "delay_seconds": delays.get(fault, 0.0)}
              for fault in POST_FAULTS]
     rules.append({"fault": "slow", "method": "GET", "path": "/v1/refunds", "probability": slow_probability,
                   "delay_seconds": slow_seconds})
     return rules
+
+
+def worker_env(slow_post_seconds: float = SLOW_POST_SECONDS) -> dict[str, str]:
+    """The workers' provider terms. The processing window (how late a request may still land, as this
+    deployment configures it) covers the slow POST's hold past the client timeout, plus a margin."""
+    window = max(0.0, slow_post_seconds - CLIENT_TIMEOUT) + 1.0
+    return {"STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "STRIPE_PROCESSING_WINDOW_SECONDS": str(window),
+            "STRIPE_HONOURS_KEYS": "false", "RECONCILE_EVERY_MINUTES": "0"}
+
+
+def slow_post_seconds(rules: list[dict[str, Any]]) -> float:
+    """The longest hold of a `slow` rule on refund POSTs (0 without one)."""
+    return max((r.get("delay_seconds", 0.0) for r in rules
+                if r["fault"] == "slow" and r.get("method") == "POST"), default=0.0)
+
+
+# --- the tickets ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChaosTicket:
+    task: TaskInput
+    order: int          # batch_order(order)
+    kind: str           # first / second (the same item again, in full) / split (a part) / rest (the rest)
+    amount_cents: int
+
+
+def chaos_tickets(count: int, rng: random.Random) -> list[ChaosTicket]:
+    """`count` tickets over batch orders 1..k, seeded: about 10% a second ticket for an item a recent
+    ticket refunds (full price again), 10% a split refund (a part of a new order's item) and, while a
+    split is open, 10% the rest of it; the others refund their own new order's item in full."""
+    tickets: list[ChaosTicket] = []
+    orders: list[int] = []
+    open_splits: list[tuple[int, int]] = []  # (order, the rest in cents)
+
+    def ticket(order: int, kind: str, cents: int) -> ChaosTicket:
+        task = batch_ticket(order, amount_cents=cents)
+        if kind != "first":  # a task id of its own; the order and item are the first ticket's
+            task = task.model_copy(update={"task_id": f"{task.task_id}-{kind}-{len(tickets) + 1}"})
+        return ChaosTicket(task, order, kind, cents)
+
+    for _ in range(count):
+        draw = rng.random()
+        if draw < 0.10 and orders:
+            order = rng.choice(orders[-20:])  # recent: often still running, so the two race
+            tickets.append(ticket(order, "second", price(order)))
+            continue
+        if draw < 0.20 and open_splits:
+            order, rest = open_splits.pop(0)
+            tickets.append(ticket(order, "rest", rest))
+            continue
+        order = len(orders) + 1
+        orders.append(order)
+        if draw < 0.30:
+            part = round(price(order) * rng.uniform(0.3, 0.7))
+            open_splits.append((order, price(order) - part))
+            tickets.append(ticket(order, "split", part))
+        else:
+            tickets.append(ticket(order, "first", price(order)))
+    return tickets
+
+
+def price(order: int) -> int:
+    return batch_order(order).items[0].amount_cents
 
 
 def edge_call(base_url: str, method: str, path: str, body: Any = None) -> Any:
@@ -133,24 +213,28 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclass
 class Kill:
-    at: float          # time.time() just before SIGKILL
+    at: float          # time.time() just before SIGKILL (or SIGSTOP)
     slot: int
     pid: int | None
     exit_code: int | None
+    paused_for: float = 0.0  # a pause: seconds from SIGSTOP to SIGCONT; 0 for a kill
 
 
 class Killer:
-    """SIGKILLs a random worker every 1-5 s (seeded), restarts it and waits until it is ready.
+    """Every 1-5 s (seeded) SIGKILLs a random worker, restarts it and waits until it is ready, or
+    (pause_share of the time) SIGSTOPs it and SIGCONTs it 2-10 s later (seeded).
 
-    One worker is down at a time at most. A worker found dead that we did not kill is an
-    unexpected exit: recorded (a real failure) and restarted.
+    One worker is down or paused at a time at most. A worker found dead that we did not kill is
+    an unexpected exit: recorded (a real failure) and restarted.
     """
 
     def __init__(self, stack: Stack, slots: list[WorkerProcess], env: dict[str, str], rng: random.Random,
-                 logs: Path, min_s: float = 1.0, max_s: float = 5.0) -> None:
+                 logs: Path, min_s: float = 1.0, max_s: float = 5.0, pause_share: float = 1 / 3,
+                 pause_s: tuple[float, float] = (2.0, 10.0)) -> None:
         self.stack, self.slots, self.env, self.rng, self.logs = stack, slots, env, rng, logs
-        self.min_s, self.max_s = min_s, max_s
+        self.min_s, self.max_s, self.pause_share, self.pause_s = min_s, max_s, pause_share, pause_s
         self.kills: list[Kill] = []
+        self.pauses: list[Kill] = []
         self.unexpected: list[tuple[int, int | None, str]] = []
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -185,10 +269,36 @@ class Killer:
             await asyncio.to_thread(self.check_alive)
             slot = self.rng.randrange(len(self.slots))
             victim = self.slots[slot]
+            if self.rng.random() < self.pause_share:
+                await self._pause(slot, victim, self.rng.uniform(*self.pause_s))
+                continue
             at = time.time()
             code = await asyncio.to_thread(victim.kill)
             self.kills.append(Kill(at, slot, victim.pid, code))
             self.slots[slot] = await asyncio.to_thread(self._start, slot)
+
+    async def _pause(self, slot: int, victim: WorkerProcess, seconds: float) -> None:
+        """SIGSTOP the worker's process group, SIGCONT it after `seconds` (sooner if the chaos stops):
+        a process that wakes up late, its heartbeats missed and its leases possibly taken over."""
+        pid = victim.pid
+        if pid is None:
+            return
+        at = time.time()
+        _signal_group(pid, signal.SIGSTOP)
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)  # the test's input, not a wait for something
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            _signal_group(pid, signal.SIGCONT)
+        self.pauses.append(Kill(at, slot, pid, None, time.time() - at))
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # it died meanwhile: check_alive restarts it
+        pass
 
 
 # --- task states ---------------------------------------------------------------------------------
@@ -263,11 +373,23 @@ def _pid(identity: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[str]]:
-    """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and a
-    description of each timeout that no kill explains."""
+# A pause explains a timeout up to this long after SIGCONT (the longest of the workflow task timeout,
+# 3 s, the sticky-queue timeout and the tool heartbeat timeout, with room): later ones are a busy worker's.
+PAUSE_REACH = 5.0
+
+
+def _explains(kill: Kill, at: float) -> bool:
+    """A kill explains a timeout of its pid any time after it (the process is gone); a pause only
+    while the process was stopped and shortly after it woke up."""
+    return kill.at <= at and (not kill.paused_for or at <= kill.at + kill.paused_for + PAUSE_REACH)
+
+
+def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[tuple[str, float]]]:
+    """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and
+    (description, time) of each timeout that no kill explains. `kills` may hold pauses too: a step
+    whose timeout a pause explains is of kind `paused`."""
     found: list[tuple[str, float, float]] = []
-    unattributed: list[str] = []
+    unattributed: list[tuple[str, float]] = []
     by_id = {e.event_id: e for e in events}
     for i, event in enumerate(events):
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -280,7 +402,7 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
                 continue
             scheduled = by_id.get(attrs.scheduled_event_id)
             lo = _ts(scheduled) if scheduled else 0.0
-            candidates = [k for k in kills if lo <= k.at <= _ts(event)]
+            candidates = [k for k in kills if lo <= k.at and _explains(k, _ts(event))]
             # Eager dispatch runs an activity on the worker that completed the workflow task scheduling it.
             completer = next((e for e in reversed(events[:attrs.scheduled_event_id])
                               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED), None)
@@ -288,9 +410,10 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
             kill = next((k for k in candidates if k.pid == pid), candidates[0] if candidates else None)
             if kill is None:
                 name = scheduled.activity_task_scheduled_event_attributes.activity_type.name if scheduled else "?"
-                unattributed.append(f"activity {name} {TimeoutType.Name(failure.timeout_failure_info.timeout_type)}")
+                unattributed.append((f"activity {name} {TimeoutType.Name(failure.timeout_failure_info.timeout_type)}",
+                                     _ts(event)))
             else:
-                found.append(("activity", kill.at, _ts(event) - kill.at))
+                found.append(("paused" if kill.paused_for else "activity", kill.at, _ts(event) - kill.at))
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             attrs = event.workflow_task_timed_out_event_attributes
             resumed = next((e for e in events[i + 1:]
@@ -306,10 +429,12 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
                 scheduled = by_id.get(attrs.scheduled_event_id)
                 pid = _pid(scheduled.workflow_task_scheduled_event_attributes.task_queue.name) if scheduled else None
             kill = max((k for k in kills if k.pid == pid and k.at <= _ts(event)), key=lambda k: k.at, default=None)
+            if kill is not None and not _explains(kill, _ts(event)):
+                kill = None  # its last pause ended long before: a busy worker's timeout
             if kill is None:
-                unattributed.append(f"workflow task {TimeoutType.Name(attrs.timeout_type)}")
+                unattributed.append((f"workflow task {TimeoutType.Name(attrs.timeout_type)}", _ts(event)))
             else:
-                found.append(("workflow_task", kill.at, _ts(resumed) - kill.at))
+                found.append(("paused" if kill.paused_for else "workflow_task", kill.at, _ts(resumed) - kill.at))
     return found, unattributed
 
 
@@ -324,14 +449,20 @@ class ChaosReport:
     faults: dict[str, int]
     states: Counter
     lost: list[str]
+    pauses: int
+    tickets: Counter              # per kind: first / second / split / rest
+    items_paid_twice: int
+    orders_over_refunded: int
     duplicate_refunds: int
     refunds_without_ledger_row: int
     refunds_with_not_performed_row: int
     performed_rows_without_refund: int
-    completed_without_one_refund: int
+    tickets_with_refunds_above_one: int
+    completed_without_refund: int
     provider_refunds: int
     resume: dict[str, list[float]]
     unattributed_timeouts: list[str]
+    paused_timeouts: int
     unexpected_worker_exits: int
     stop_exit_codes: list[int | None]
     seconds: dict[str, float]
@@ -340,9 +471,10 @@ class ChaosReport:
 
     @property
     def zeros_hold(self) -> bool:
-        return not (self.lost or self.duplicate_refunds or self.refunds_without_ledger_row
-                    or self.refunds_with_not_performed_row or self.performed_rows_without_refund
-                    or self.completed_without_one_refund)
+        return not (self.lost or self.items_paid_twice or self.orders_over_refunded or self.duplicate_refunds
+                    or self.refunds_without_ledger_row or self.refunds_with_not_performed_row
+                    or self.performed_rows_without_refund or self.tickets_with_refunds_above_one
+                    or self.completed_without_refund)
 
 
 async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: float = 10.0,
@@ -351,6 +483,8 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
     """One chaos run in one edge mode on its own stack in data_dir; returns what it found."""
     data_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
+    plan = chaos_tickets(tickets, random.Random(rng.random()))
+    rules = fault_rules() if rules is None else rules
     stack = Stack.for_tests(data_dir)
     t0 = time.monotonic()
     await asyncio.to_thread(stack.start)
@@ -361,9 +495,9 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         db = Database(stack.agent_db)
         gateway = StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)
         t = time.monotonic()
-        await asyncio.to_thread(seed_scenarios, db, gateway, tickets)
+        await asyncio.to_thread(seed_scenarios, db, gateway, max(t.order for t in plan))
         seconds["seed"] = time.monotonic() - t
-        env = {"STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "RECONCILE_EVERY_MINUTES": "0"}
+        env = worker_env(slow_post_seconds(rules))
         settings = Settings(temporal_address=stack.address, task_queue=stack.task_queue,
                             stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
                             agent_db_path=stack.agent_db, stripe_timeout_seconds=CLIENT_TIMEOUT)
@@ -372,15 +506,17 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         slots.extend(started)
         client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
 
-        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": rules if rules is not None else fault_rules(),
+        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": rules,
                                                           "seed": seed})
         killer = Killer(stack, slots, env, random.Random(rng.random()), data_dir)
         tracker = Tracker()
         chaos_started = time.monotonic()
         killer.start()
-        say(f"[{mode}] chaos: {tickets} tickets at {rate:g}/s, 2 workers, kills every 1-5 s, faults on")
-        for n in range(1, tickets + 1):
-            task = batch_ticket(n)
+        say(f"[{mode}] chaos: {tickets} tickets at {rate:g}/s, 2 workers, kills or pauses every 1-5 s, faults on; "
+            f"the workers' STRIPE_PROCESSING_WINDOW_SECONDS={env['STRIPE_PROCESSING_WINDOW_SECONDS']} covers a "
+            f"{slow_post_seconds(rules):g} s provider hold past the {CLIENT_TIMEOUT:g} s client timeout")
+        for n, ticket in enumerate(plan, start=1):
+            task = ticket.task
             tracker.handles[task.task_id] = await start_task(client, settings, task)
             if n % max(1, int(rate)) == 0:
                 await asyncio.sleep(max(0.0, chaos_started + n / rate - time.monotonic()))  # the start rate
@@ -394,7 +530,8 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
                   if k.startswith("fault:")}
         edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
         await killer.stop()
-        say(f"[{mode}] faults lifted, killer stopped after {len(killer.kills)} kills; waiting for every task")
+        say(f"[{mode}] faults lifted, killer stopped after {len(killer.kills)} kills and {len(killer.pauses)} pauses; "
+            "waiting for every task")
 
         t = time.monotonic()
         try:
@@ -404,7 +541,7 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         seconds["settle"] = time.monotonic() - t
         killer.check_alive()
 
-        report = await _judge(mode, tickets, client, tracker, World(db, gateway), killer, faults, data_dir)
+        report = await _judge(mode, plan, client, tracker, World(db, gateway), killer, faults, data_dir)
         report.seconds = {**seconds, "total": time.monotonic() - t0}
         report.data_dir = str(data_dir)
         codes = []
@@ -420,8 +557,8 @@ async def _all_settled(tracker: Tracker, tickets: int) -> bool:
     return await tracker.refresh() >= tickets
 
 
-async def _judge(mode: str, tickets: int, client: Client, tracker: Tracker, world: World, killer: Killer,
-                 faults: dict[str, int], data_dir: Path | None = None) -> ChaosReport:
+async def _judge(mode: str, plan: list[ChaosTicket], client: Client, tracker: Tracker, world: World,
+                 killer: Killer, faults: dict[str, int], data_dir: Path | None = None) -> ChaosReport:
     details: list[str] = []
     states = Counter(tracker.states.get(t, "running") for t in tracker.handles)
     lost = [t for t in tracker.handles if tracker.states.get(t) not in SETTLED]
@@ -429,31 +566,51 @@ async def _judge(mode: str, tickets: int, client: Client, tracker: Tracker, worl
         details.append(f"lost: {t} state {tracker.states.get(t, 'running')}")
 
     rows = {e["intent_key"]: e for e in world.effects() if e["tool"] == "issue_refund"}
-    duplicate = no_row = lying_row = completed_bad = total = 0
+    paid_twice = over_refunded = duplicate = no_row = lying_row = above_one = completed_bad = total = 0
     seen_refs: set[str] = set()
-    for n in range(1, tickets + 1):
-        order_id = batch_order(n).order_id
-        task_id = batch_ticket(n).task_id
-        refunds = await asyncio.to_thread(world.refunds, order_id)
+    refunds_of: dict[int, list[dict[str, Any]]] = {}
+    for n in sorted({t.order for t in plan}):
+        order = batch_order(n)
+        refunds = [r for r in await asyncio.to_thread(world.refunds, order.order_id)
+                   if r["status"] in ("succeeded", "pending")]
+        refunds_of[n] = refunds
         total += len(refunds)
         seen_refs.update(r["id"] for r in refunds)
+        tasks = [t.task.task_id for t in plan if t.order == n]
+        for item in order.items:
+            refunded = sum(r["amount_cents"] for r in refunds if r["item_id"] == item.item_id)
+            if refunded > item.amount_cents:
+                paid_twice += 1
+                details.append(f"PAID TWICE: {order.order_id} {item.item_id}: {refunded} cents refunded of "
+                               f"{item.amount_cents}: {[(r['id'], r['amount_cents'], r['task_id']) for r in refunds]} "
+                               f"tickets {tasks}")
+        if sum(r["amount_cents"] for r in refunds) > order.paid_cents:
+            over_refunded += 1
+            details.append(f"refunded beyond payment: {order.order_id}: "
+                           f"{sum(r['amount_cents'] for r in refunds)} of {order.paid_cents} cents")
         per_key = Counter(r["intent_key"] for r in refunds)
         for key, count in per_key.items():
             if count > 1:
                 duplicate += count - 1
-                details.append(f"duplicate: {task_id} key {key}: {count} provider refunds "
+                details.append(f"duplicate: {order.order_id} key {key}: {count} provider refunds "
                                f"{[r['id'] for r in refunds if r['intent_key'] == key]}")
         for r in refunds:
             row = rows.get(r["intent_key"])
             if row is None:
                 no_row += 1
-                details.append(f"no ledger row: {task_id} refund {r['id']} key {r['intent_key']}")
+                details.append(f"no ledger row: {order.order_id} refund {r['id']} key {r['intent_key']}")
             elif row["status"] == "not_performed":
                 lying_row += 1
-                details.append(f"ledger says not_performed: {task_id} refund {r['id']} row {row}")
-        if tracker.states.get(task_id) == "completed" and len(refunds) != 1:
+                details.append(f"ledger says not_performed: {order.order_id} refund {r['id']} row {row}")
+    for ticket in plan:
+        task_id = ticket.task.task_id
+        own = [r["id"] for r in refunds_of[ticket.order] if r["task_id"] == task_id]
+        if len(own) > 1:
+            above_one += 1
+            details.append(f"ticket with {len(own)} refunds: {task_id} {own}")
+        if tracker.states.get(task_id) == "completed" and not refunds_of[ticket.order]:
             completed_bad += 1
-            details.append(f"completed with {len(refunds)} refunds: {task_id}")
+            details.append(f"completed but its item holds no refund: {task_id}")
     missing = 0
     for key, row in rows.items():
         if row["status"] == "performed" and row["provider_ref"] not in seen_refs:
@@ -465,7 +622,7 @@ async def _judge(mode: str, tickets: int, client: Client, tracker: Tracker, worl
                 details.append(f"{state}: {t}: {tracker.notes.get(t, '')}")
 
     resume: dict[str, list[float]] = {"activity": [], "workflow_task": []}
-    unattributed: list[str] = []
+    unattributed: list[tuple[str, float]] = []
     per_step: list[dict[str, Any]] = []
     sem = asyncio.Semaphore(16)
 
@@ -473,22 +630,30 @@ async def _judge(mode: str, tickets: int, client: Client, tracker: Tracker, worl
         async with sem:
             return await handle.fetch_history()
     histories = await asyncio.gather(*(history(client.get_workflow_handle(t)) for t in tracker.handles))
+    paused = 0
     for task_id, h in zip(tracker.handles, histories):
-        found, missed = resumptions(list(h.events), killer.kills)
+        found, missed = resumptions(list(h.events), sorted(killer.kills + killer.pauses, key=lambda k: k.at))
         unattributed += missed
         for kind, kill, delay in found:
-            resume[kind].append(delay)
             per_step.append({"task_id": task_id, "kind": kind, "kill": kill, "delay": round(delay, 3)})
+            if kind == "paused":  # its worker stopped and woke up: not a kill -> resume figure
+                paused += 1
+            else:
+                resume[kind].append(delay)
     if data_dir is not None:
-        (data_dir / "kills.json").write_text(json.dumps([k.__dict__ for k in killer.kills], indent=1))
+        (data_dir / "kills.json").write_text(json.dumps({"kills": [k.__dict__ for k in killer.kills],
+                                                         "pauses": [p.__dict__ for p in killer.pauses]}, indent=1))
         (data_dir / "resumptions.json").write_text(json.dumps(
-            {"resumed": per_step, "unattributed": unattributed}, indent=1))
+            {"resumed": per_step, "unattributed": [{"timeout": d, "at": at} for d, at in unattributed]}, indent=1))
 
     return ChaosReport(
-        mode=mode, tasks=tickets, kills=len(killer.kills), faults=faults, states=states, lost=lost,
-        duplicate_refunds=duplicate, refunds_without_ledger_row=no_row, refunds_with_not_performed_row=lying_row,
-        performed_rows_without_refund=missing, completed_without_one_refund=completed_bad, provider_refunds=total,
-        resume=resume, unattributed_timeouts=unattributed, unexpected_worker_exits=len(killer.unexpected),
+        mode=mode, tasks=len(plan), kills=len(killer.kills), faults=faults, states=states, lost=lost,
+        pauses=len(killer.pauses), tickets=Counter(t.kind for t in plan), items_paid_twice=paid_twice,
+        orders_over_refunded=over_refunded, duplicate_refunds=duplicate, refunds_without_ledger_row=no_row,
+        refunds_with_not_performed_row=lying_row, performed_rows_without_refund=missing,
+        tickets_with_refunds_above_one=above_one, completed_without_refund=completed_bad, provider_refunds=total,
+        resume=resume, unattributed_timeouts=[d for d, _ in unattributed], paused_timeouts=paused,
+        unexpected_worker_exits=len(killer.unexpected),
         stop_exit_codes=[], seconds={}, details=details,
     )
 
@@ -505,16 +670,21 @@ def table(reports: list[ChaosReport]) -> str:
         return f"| {label} | " + " | ".join(str(c) for c in cells) + " |"
 
     out = [row("edge mode", [r.mode for r in reports]), "|---|" + "---|" * len(reports)]
-    out.append(row("tasks", [r.tasks for r in reports]))
+    out.append(row("tickets: own item in full / second for a refunded item / split part / split rest",
+                   [" / ".join(str(r.tickets.get(k, 0)) for k in ("first", "second", "split", "rest"))
+                    for r in reports]))
     out.append(row("worker kills (SIGKILL, restarted)", [r.kills for r in reports]))
-    for kind in FAULT_KINDS:
-        where = "GET" if kind == "slow" else "POST"
-        out.append(row(f"faults: {kind} ({where} /v1/refunds)", [r.faults.get(kind, 0) for r in reports]))
+    out.append(row("worker pauses (SIGSTOP, SIGCONT after 2-10 s)", [r.pauses for r in reports]))
+    for label, key in FAULT_KINDS:
+        out.append(row(f"faults: {label} /v1/refunds", [r.faults.get(key, 0) for r in reports]))
     out.append(row("completed", [r.states.get("completed", 0) for r in reports]))
     out.append(row("awaiting_human", [r.states.get("awaiting_human", 0) for r in reports]))
     out.append(row("dead_lettered", [r.states.get("dead_lettered", 0) for r in reports]))
     out.append(row("**lost** (none of these; must be 0)", [len(r.lost) for r in reports]))
     out.append(row("provider refunds (all)", [r.provider_refunds for r in reports]))
+    out.append(row("**order items paid twice** (refunds above the item's price; must be 0)",
+                   [r.items_paid_twice for r in reports]))
+    out.append(row("**orders refunded beyond what was paid** (must be 0)", [r.orders_over_refunded for r in reports]))
     out.append(row("**provider refunds per intent above one** (must be 0)", [r.duplicate_refunds for r in reports]))
     out.append(row("**provider refunds with no ledger row** (must be 0)",
                    [r.refunds_without_ledger_row for r in reports]))
@@ -522,8 +692,10 @@ def table(reports: list[ChaosReport]) -> str:
                    [r.refunds_with_not_performed_row for r in reports]))
     out.append(row("**ledger `performed` rows with no provider refund** (must be 0)",
                    [r.performed_rows_without_refund for r in reports]))
-    out.append(row("**completed tasks without exactly one refund** (must be 0)",
-                   [r.completed_without_one_refund for r in reports]))
+    out.append(row("**tickets with more than one refund of their own** (must be 0)",
+                   [r.tickets_with_refunds_above_one for r in reports]))
+    out.append(row("**completed tickets whose item holds no refund** (must be 0)",
+                   [r.completed_without_refund for r in reports]))
     both = {r.mode: r.resume["activity"] + r.resume["workflow_task"] for r in reports}
     out.append(row("interrupted steps resumed: activities / workflow tasks",
                    [f"{len(r.resume['activity'])} / {len(r.resume['workflow_task'])}" for r in reports]))
@@ -533,7 +705,8 @@ def table(reports: list[ChaosReport]) -> str:
         out.append(row(f"kill -> resume, {label}: p50 / p99 s",
                        [f"{_fmt(percentile(r.resume[kind], 50))} / {_fmt(percentile(r.resume[kind], 99))}"
                         for r in reports]))
-    out.append(row("timeouts with no kill in their window (a busy worker; not in the figures above)",
+    out.append(row("timeouts of a paused worker (not in the figures above)", [r.paused_timeouts for r in reports]))
+    out.append(row("timeouts with no kill or pause in their window (a busy worker; not in the figures above)",
                    [len(r.unattributed_timeouts) for r in reports]))
     out.append(row("unexpected worker exits (not killed by us)", [r.unexpected_worker_exits for r in reports]))
     out.append(row("wall time: chaos / settle after lifting / total s",
@@ -567,7 +740,9 @@ async def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print()
     print(f"Chaos run: {args.tickets} refund tickets per mode, seed {args.seed}, {args.rate:g} starts/s, "
-          f"2 worker processes, {sys.platform}")
+          f"2 worker processes, {sys.platform}; refund POSTs held {SLOW_POST_SECONDS:g} s against a "
+          f"{CLIENT_TIMEOUT:g} s client timeout, so the workers run with STRIPE_PROCESSING_WINDOW_SECONDS="
+          f"{worker_env()['STRIPE_PROCESSING_WINDOW_SECONDS']} (the provider's processing window, configured)")
     print(table(reports))
     for r in reports:
         lines = [d for d in r.details if args.details or not d.startswith(("awaiting_human", "dead_lettered",

@@ -134,6 +134,7 @@ class Edge:
         rule = self._rule_for(request.method, request.path)
         if rule is not None:
             self.stats[f"fault:{rule.fault}"] += 1
+            self.stats[f"fault:{rule.fault}:{request.method}"] += 1  # a slow GET and a slow POST differ
             if rule.delay_seconds and rule.fault not in AFTER:
                 await asyncio.sleep(rule.delay_seconds)
             if rule.fault in BEFORE:
