@@ -95,6 +95,7 @@ from activities.db import Database
 from activities.payments import StripeGateway
 from devstack.seed import seed_scenarios
 from activities.world import World
+from infra.exit import run_main
 from infra.settings import Settings
 from core.models import Checkpoint, TaskInput, TaskResult
 from core.names import STATUS_ATTR
@@ -752,7 +753,7 @@ async def main(argv: list[str] | None = None) -> int:
         if r.unattributed_timeouts:
             print(f"  [{r.mode}] timeouts no kill explains: {dict(Counter(r.unattributed_timeouts))}")
         print(f"  [{r.mode}] worker exit codes at the final stop: {r.stop_exit_codes} "
-              f"(0, -{int(signal.SIGTERM)} or a PyGILState_Release abort at exit are a normal stop)")
+              "(0 is a normal stop)")
     if keep:
         print(f"data kept in {root}")
     ok = all(r.zeros_hold for r in reports)
@@ -761,4 +762,4 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main()))
+    run_main(lambda: asyncio.run(main()))
