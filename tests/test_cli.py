@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.authority import AuthorityActivities, public_key_from
+from activities.authority import AuthorityActivities, new_key_file, public_key_from
 from core.models import ResolveInput, VerifyInput
 
 from devstack.stack import Stack
@@ -129,7 +129,10 @@ async def test_encrypted_tasks_without_the_right_key(key_case: str, encrypted_wa
     tickets = tmp_path / "t.jsonl"
     tickets.write_text(json.dumps({"kind": "support", "ticket_id": task_id.removeprefix("ticket-"),
                                    "text": "again", "facts": {"order_id": "SU-88421"}}) + "\n")
-    for args in (["status", task_id], ["list"], ["resolve", task_id, "approve", "--by", "me@example.com"],
+    key_file = tmp_path / "me.pem"
+    new_key_file(key_file)
+    for args in (["status", task_id], ["list"],
+                 ["resolve", task_id, "approve", "--by", "me@example.com", "--key-file", str(key_file)],
                  ["start", "support", task_id.removeprefix("ticket-"), "--text", "again", "--order", "SU-88421"],
                  ["batch", str(tickets)]):
         line = one_line(await asyncio.to_thread(run, ["starter.py", *args], **env))
