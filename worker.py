@@ -88,7 +88,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     below (e.g. max_concurrent_activities, max_concurrent_workflow_tasks, workflow_runner,
     sticky_queue_schedule_to_start_timeout); without them the worker is as it always was. `replace`
     registers other activities under the names of ours (the demo's naive refund tool). `more_tools`
-    are objects with `@tool` methods for opt-in tools (activities/courier.py); a declared tool that no
+    are objects with `@tool` methods for opt-in tools (activities/courier.py); an opt-in tool that no
     object here implements is not offered to any task."""
     db = Database(settings.database)
     db.create()
@@ -97,7 +97,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     tools = ToolActivities(db, gateway, settings.approval_ceiling_cents, provider_terms(settings),
                            settings.payment_approval_ceiling_cents)
     activities = tools.activities() + [fn for extra in more_tools for fn in tool_activities(extra)]
-    unimplemented = frozenset(REGISTRY) - {activity_name(fn) for fn in activities}
+    registered = {activity_name(a) for a in activities}
+    not_opted_in = frozenset(name for name, spec in REGISTRY.items() if spec.opt_in and name not in registered)
     replaced = {activity_name(fn) for fn in replace}
     activities = [a for a in activities if activity_name(a) not in replaced] + list(replace)
     model = ModelActivities(backend or model_backend(settings))
@@ -106,7 +107,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         refund_ceiling_cents=settings.approval_ceiling_cents,
         payment_ceiling_cents=settings.payment_approval_ceiling_cents,
         escalation_timeout_seconds=settings.escalation_timeout_seconds,
-        disabled_tools=settings.disabled_tool_set | unimplemented)
+        disabled_tools=settings.disabled_tool_set | not_opted_in)
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
     return Worker(

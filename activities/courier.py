@@ -77,22 +77,18 @@ class CourierActivities:
 
     @tool("book_courier")
     async def book_courier(self, call: ToolInput) -> ToolResult:
-        return await asyncio.to_thread(self._book_courier, call)
-
-    def _book_courier(self, call: ToolInput) -> ToolResult:
         args = BookCourierArgs.model_validate(call.arguments)
         key = require_key(call)
-        record = self._records.order(args.order_id)
+        record = await asyncio.to_thread(self._records.order, args.order_id)
         if record is None or not any(i.item_id == args.item_id for i in record.order.items):
             return not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
         order = record.order
-        return self._effects.perform(Intent(
+        return await asyncio.to_thread(self._effects.perform, Intent(
             call=call, amount=1, holds=(Hold(pickup_resource(order.order_id, args.item_id), 1, 1),),
             records=lambda: [_pickup_effect(p) for p in self._gateway.pickups(order.order_id)],
             send=lambda: _pickup_effect(self._gateway.book(order.order_id, args.item_id,
                                                            f"{order.customer_name} <{order.customer_email}>", key)),
         ))
-
 
 def _pickup_effect(booking: dict[str, Any]) -> ProviderEffect:
     return ProviderEffect(

@@ -226,8 +226,8 @@ class ToolActivities:
         if record is None:
             return not_performed(call, "unknown_order", f"no order {args.order_id}")
         await in_thread(upsert_confirmation, self._db, call.task_id, args.order_id, args.text)
-        return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key, attempt=attempt_number(),
-                          data={"order_id": args.order_id})
+        return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key,
+                          attempt=attempt_number(), data={"order_id": args.order_id})
 
     @tool("notify_customer")
     async def notify_customer(self, call: ToolInput) -> ToolResult:

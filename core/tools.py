@@ -90,7 +90,8 @@ class BookCourierArgs(_Args):
 @dataclass(frozen=True)
 class ToolSpec:
     """A tool's declaration. `key_fields` name argument fields or context facts (task_id);
-    `kinds` are the task kinds that offer the tool (core/kinds.py reads them from here)."""
+    `kinds` are the task kinds that offer the tool (core/kinds.py reads them from here). An
+    `opt_in` tool is offered only by a worker that was given its implementation (worker.py)."""
 
     name: str
     tool_class: ToolClass
@@ -98,6 +99,7 @@ class ToolSpec:
     description: str
     key_fields: tuple[str, ...] = ()
     kinds: tuple[TaskKind, ...] = ()
+    opt_in: bool = False
 
     @property
     def needs_key(self) -> bool:
@@ -130,7 +132,7 @@ _SPECS = (
              "Book a courier pickup of an item from the customer.", ("task_id", "order_id", "item_id"), (_TICKET,)),
     ToolSpec("book_courier", ToolClass.IRREVERSIBLE, BookCourierArgs,
              "Book the courier to collect a returned item from the customer (one pickup per item).",
-             ("order_id", "item_id"), (_PICKUP,)),
+             ("order_id", "item_id"), (_PICKUP,), opt_in=True),
     ToolSpec("notify_customer", ToolClass.IRREVERSIBLE, NotifyCustomerArgs,
              "Email the order's customer.", ("task_id", "order_id", "message"), (_TICKET, _REQUEST, _PICKUP)),
     ToolSpec("send_payment", ToolClass.MONEY, SendPaymentArgs,

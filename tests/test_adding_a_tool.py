@@ -167,3 +167,17 @@ async def test_a_task_using_the_tool_replays(client: Client, settings: Settings,
     assert any(e.activity_task_scheduled_event_attributes.activity_type.name == "book_courier"
                for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
     await Replayer(workflows=[AgentTaskWorkflow], data_converter=client.data_converter).replay_workflow(history)
+
+
+async def test_two_tickets_at_once_book_one_pickup(client: Client, settings: Settings, world: World,
+                                                  courier: CourierAPI):
+    order = fresh_order(world)
+    courier.stall_next = 1  # the first booking is slow to answer, so the second ticket arrives while it is in flight
+    async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
+        handles = [await start(client, settings, pickup_task(order.order_id, "lamp-1")) for _ in range(2)]
+        results = [await h.result() for h in handles]
+    assert [b["item_id"] for b in courier.bookings] == ["lamp-1"]
+    outcomes = sorted(s.outcome for r in results for s in book_steps(r))
+    assert outcomes == sorted([Outcome.PERFORMED, Outcome.ALREADY_PERFORMED])
+    assert [r["status"] for r in pickup_rows(world, order.order_id)] == ["performed"]
+    assert_ledger_matches_courier(world, courier, order.order_id)
