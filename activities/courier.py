@@ -19,7 +19,7 @@ from typing import Any, Callable
 import requests
 
 from activities.db import Database
-from activities.effects import Ambiguous, Effects, Intent, ProviderEffect, ProviderError, ProviderTerms
+from activities.effects import Ambiguous, Effects, Intent, ProviderEffect, ProviderTerms, Rejected
 from activities.ledger import EffectLedger, Hold
 from activities.payments import check_send_by, never_sent
 from activities.records import Records
@@ -55,12 +55,12 @@ class CourierGateway:
             response = self._http.request(method, self._base + path, timeout=self._timeout, **options)
         except requests.RequestException as err:
             if never_sent(err):
-                raise ProviderError(f"{method} {path}: the courier could not be reached") from err
+                raise Rejected(f"{method} {path}: the courier could not be reached") from err
             raise Ambiguous(f"{method} {path}: {type(err).__name__}") from err
         if response.status_code >= 500:
             raise Ambiguous(f"{method} {path}: courier answered {response.status_code}")
         if response.status_code >= 400:
-            raise ProviderError(f"{method} {path}: courier refused ({response.status_code}): {response.text[:200]}")
+            raise Rejected(f"{method} {path}: courier refused ({response.status_code}): {response.text[:200]}")
         return response.json()
 
 

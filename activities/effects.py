@@ -52,17 +52,20 @@ from activities.payments import NotSent, send_before
 from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 
 
-
 class ProviderError(Exception):
-    """A provider other than Stripe refused a request: nothing changed (a gateway raises this)."""
+    """What a gateway to a provider other than Stripe raises (Stripe's SDK has its own tree)."""
+
+
+class Rejected(ProviderError):
+    """The provider refused the request, or it never left: nothing changed."""
 
 
 class Ambiguous(ProviderError):
-    """A request may have landed: a timeout after sending, a dropped connection, a 5xx."""
+    """The request may have landed: a timeout after sending, a dropped connection, a 5xx."""
 
 
 AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError, Ambiguous)
-REJECTED = (stripe.StripeError, ProviderError)
+PROVIDER_ERRORS = (stripe.StripeError, ProviderError)
 log = logging.getLogger("agent.effects")
 
 
@@ -228,7 +231,7 @@ class Effects:
             raise ApplicationError(str(err), type="NotSent") from None
         except AMBIGUOUS as err:
             return self._after_ambiguous(intent, attempt, effect, describe(err))
-        except REJECTED as err:
+        except PROVIDER_ERRORS as err:
             message = str(getattr(err, "user_message", None) or describe(err))
             self._ledger.not_performed(effect, {"reason": "provider_rejected", "message": message})
             return _not_performed(intent.call, attempt, "provider_rejected", message)
@@ -241,7 +244,7 @@ class Effects:
         """The request may or may not have landed: ask, never guess, never resend blind."""
         try:
             mine = _match(intent.records(), intent.call.intent_key)
-        except REJECTED as err:
+        except PROVIDER_ERRORS as err:
             mine, error = None, f"{error}; the lookup failed: {describe(err)}"
         if mine is not None:
             return self._found(intent.call, attempt, mine, error)
@@ -267,7 +270,7 @@ class Effects:
     def _read(self, intent: Intent, attempt: Attempt, when: str) -> list[ProviderEffect] | ToolResult:
         try:
             return intent.records()
-        except REJECTED as err:
+        except PROVIDER_ERRORS as err:
             why = f"could not read the provider's records {when}: {describe(err)}"
         if not attempt.last:
             raise ApplicationError(why, type="OutcomeUnverified")
