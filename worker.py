@@ -22,6 +22,8 @@ from activities.effects import ProviderTerms
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
+from activities.tools import tool_activities
+from core.tools import REGISTRY
 from infra import connection
 from infra.exit import run_main
 from infra import telemetry
@@ -86,18 +88,22 @@ def provider_terms(settings: Settings) -> ProviderTerms:
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
                  backend: ModelBackend | None = None, replace: Sequence[Callable] = (),
-                 **worker_options: Any) -> Worker:
+                 more_tools: Sequence[object] = (), **worker_options: Any) -> Worker:
     """A worker for the agent task queue. `worker_options` go to temporalio's Worker over the settings
     below (e.g. max_concurrent_activities, max_concurrent_workflow_tasks, workflow_runner,
     sticky_queue_schedule_to_start_timeout); without them the worker is as it always was. `replace`
-    registers other activities under the names of ours (the demo's naive refund tool)."""
+    registers other activities under the names of ours (the demo's naive refund tool). `more_tools`
+    are objects with `@tool` methods for opt-in tools (activities/courier.py); an opt-in tool that no
+    object here implements is not offered to any task."""
     db = Database(settings.database)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
                             settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
     tools = ToolActivities(db, gateway, settings.approval_ceiling_cents, provider_terms(settings),
                            settings.payment_approval_ceiling_cents)
-    activities = tools.activities()
+    activities = tools.activities() + [fn for extra in more_tools for fn in tool_activities(extra)]
+    registered = {activity_name(a) for a in activities}
+    not_opted_in = frozenset(name for name, spec in REGISTRY.items() if spec.opt_in and name not in registered)
     replaced = {activity_name(fn) for fn in replace}
     activities = [a for a in activities if activity_name(a) not in replaced] + list(replace)
     model = ModelActivities(backend or model_backend(settings))
@@ -105,7 +111,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         db, {name: public_key_from(key) for name, key in settings.approver_keys.items()},
         refund_ceiling_cents=settings.approval_ceiling_cents,
         payment_ceiling_cents=settings.payment_approval_ceiling_cents,
-        escalation_timeout_seconds=settings.escalation_timeout_seconds, disabled_tools=settings.disabled_tool_set)
+        escalation_timeout_seconds=settings.escalation_timeout_seconds,
+        disabled_tools=settings.disabled_tool_set | not_opted_in)
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
     return Worker(

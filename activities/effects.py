@@ -1,5 +1,8 @@
 """The effect protocol: a side effect at a provider at most once per intent and per budget.
 
+Any counted effect: a refund holds its amount in cents against an item and an order, a courier
+booking holds one pickup against an item whose limit is one.
+
     read -> claim -> fence -> send -> settle
 
 read    the provider's own records for the resource (one list call: read-after-write
@@ -48,7 +51,21 @@ from activities.ledger import (
 from activities.payments import NotSent, send_before
 from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 
-AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError)
+
+class ProviderError(Exception):
+    """What a gateway to a provider other than Stripe raises (Stripe's SDK has its own tree)."""
+
+
+class Rejected(ProviderError):
+    """The provider refused the request, or it never left: nothing changed."""
+
+
+class Ambiguous(ProviderError):
+    """The request may have landed: a timeout after sending, a dropped connection, a 5xx."""
+
+
+AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError, Ambiguous)
+PROVIDER_ERRORS = (stripe.StripeError, ProviderError)
 log = logging.getLogger("agent.effects")
 
 
@@ -94,15 +111,17 @@ class ProviderEffect:
 
 
 @dataclass(frozen=True)
-class MoneyIntent:
-    """One money effect as a tool declares it: the call, what it holds, how to read and send it.
+class Intent:
+    """One counted effect as a tool declares it: the call, what it holds, how to read and send it.
+
+    `amount` is in the resources' units (cents for money, pickups for a courier booking).
 
     The first hold is the intent's subject (the item, the invoice): when an earlier effect
     already used all of it, the call is answered already_performed with that effect.
     """
 
     call: ToolInput
-    amount_cents: int
+    amount: int
     holds: tuple[Hold, ...]
     records: Callable[[], list[ProviderEffect]]
     send: Callable[[], ProviderEffect]
@@ -114,8 +133,8 @@ class Effects:
         self._ledger = ledger
         self._terms = terms
 
-    def perform(self, intent: MoneyIntent) -> ToolResult:
-        """The one path of every money tool. Raises only to let Temporal retry this same call."""
+    def perform(self, intent: Intent) -> ToolResult:
+        """The one path of every counted effect. Raises only to let Temporal retry this same call."""
         attempt = Attempt.current()
         records = self._read(intent, attempt, "before sending")
         if isinstance(records, ToolResult):
@@ -128,7 +147,7 @@ class Effects:
         claim = self._ledger.claim(Request(
             intent_key=intent.call.intent_key, task_id=intent.call.task_id, tool=intent.call.tool,
             arguments=intent.call.arguments, owner=attempt.call, attempt=attempt.number,
-            amount_cents=intent.amount_cents, holds=intent.holds, lease_until=send_by,
+            amount_cents=intent.amount, holds=intent.holds, lease_until=send_by,
             horizon=self._terms.horizon(send_by), ceiling_cents=intent.ceiling_cents,
             approved=intent.call.approval is not None and intent.call.approval.intent_key == intent.call.intent_key,
             external_cents=self._external(records), takeover_after_lease=self._terms.honours_keys), now)
@@ -193,7 +212,7 @@ class Effects:
 
     # --- steps ----------------------------------------------------------------------------
 
-    def _send(self, intent: MoneyIntent, attempt: Attempt, claim: Claimed) -> ToolResult:
+    def _send(self, intent: Intent, attempt: Attempt, claim: Claimed) -> ToolResult:
         effect = claim.effect
         if claim.previous is not None and claim.previous.status == "intent":
             # Taken over from an attempt whose horizon has passed: whatever it sent has landed by now.
@@ -212,8 +231,8 @@ class Effects:
             raise ApplicationError(str(err), type="NotSent") from None
         except AMBIGUOUS as err:
             return self._after_ambiguous(intent, attempt, effect, describe(err))
-        except stripe.StripeError as err:
-            message = str(err.user_message or describe(err))
+        except PROVIDER_ERRORS as err:
+            message = str(getattr(err, "user_message", None) or describe(err))
             self._ledger.not_performed(effect, {"reason": "provider_rejected", "message": message})
             return _not_performed(intent.call, attempt, "provider_rejected", message)
         crash_point(f"{intent.call.tool}:after_provider")
@@ -221,11 +240,11 @@ class Effects:
         return _performed(intent.call, attempt, Outcome.PERFORMED, sent.ref, sent.amount_cents,
                           {"status": sent.status})
 
-    def _after_ambiguous(self, intent: MoneyIntent, attempt: Attempt, effect: Effect, error: str) -> ToolResult:
+    def _after_ambiguous(self, intent: Intent, attempt: Attempt, effect: Effect, error: str) -> ToolResult:
         """The request may or may not have landed: ask, never guess, never resend blind."""
         try:
             mine = _match(intent.records(), intent.call.intent_key)
-        except stripe.StripeError as err:
+        except PROVIDER_ERRORS as err:
             mine, error = None, f"{error}; the lookup failed: {describe(err)}"
         if mine is not None:
             return self._found(intent.call, attempt, mine, error)
@@ -248,10 +267,10 @@ class Effects:
         raise ApplicationError(f"{why}; asking the provider again in {delay:.1f} s", type="OutcomeUnverified",
                                next_retry_delay=timedelta(seconds=delay))
 
-    def _read(self, intent: MoneyIntent, attempt: Attempt, when: str) -> list[ProviderEffect] | ToolResult:
+    def _read(self, intent: Intent, attempt: Attempt, when: str) -> list[ProviderEffect] | ToolResult:
         try:
             return intent.records()
-        except stripe.StripeError as err:
+        except PROVIDER_ERRORS as err:
             why = f"could not read the provider's records {when}: {describe(err)}"
         if not attempt.last:
             raise ApplicationError(why, type="OutcomeUnverified")
@@ -279,7 +298,7 @@ class Effects:
         return _performed(call, attempt, outcome, effect.provider_ref or "", effect.amount_cents or 0,
                           {"source": "ledger", **effect.detail})
 
-    def _over_budget(self, intent: MoneyIntent, attempt: Attempt, claim: OverBudget) -> ToolResult:
+    def _over_budget(self, intent: Intent, attempt: Attempt, claim: OverBudget) -> ToolResult:
         call = intent.call
         if claim.in_flight:
             if attempt.last:
@@ -319,8 +338,10 @@ class Effects:
         return external
 
 
-def describe(err: stripe.StripeError) -> str:
+def describe(err: Exception) -> str:
     """A short name for a provider error: `ReadTimeout`, `APIError 500`."""
+    if not isinstance(err, stripe.StripeError):
+        return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     if isinstance(err, stripe.APIConnectionError) and err.__cause__ is not None:
         return type(err.__cause__).__name__
     return f"{type(err).__name__} {err.http_status}" if err.http_status else type(err).__name__

@@ -45,6 +45,14 @@ def send_before(deadline: float) -> Iterator[None]:
         _send_by.reset(token)
 
 
+def check_send_by(what: str) -> None:
+    """Raise NotSent when the current attempt's send-by time has passed; every gateway calls it
+    right before a request leaves."""
+    deadline = _send_by.get()
+    if deadline is not None and time.time() >= deadline:
+        raise NotSent(f"{what} not sent: its send-by time passed {time.time() - deadline:.1f} s ago")
+
+
 class StripeGateway:
     def __init__(self, api_key: str, api_base: str, timeout_seconds: float, sdk_retries: int = 2) -> None:
         self._client = stripe.StripeClient(
@@ -117,10 +125,7 @@ class UnsentOnlyRetries(stripe.RequestsClient):
     """The SDK's HTTP client, allowed to retry only what never reached the provider."""
 
     def request(self, method, url, headers, post_data=None):  # noqa: ANN001, ANN201
-        deadline = _send_by.get()
-        if deadline is not None and time.time() >= deadline:
-            raise NotSent(f"{method.upper()} {url.split('?')[0]} not sent: its send-by time passed "
-                          f"{time.time() - deadline:.1f} s ago")
+        check_send_by(f"{method.upper()} {url.split('?')[0]}")
         return super().request(method, url, headers, post_data)
 
     def _should_retry(self, response, api_connection_error, num_retries, max_network_retries):  # noqa: ANN001

@@ -1,4 +1,9 @@
-"""Tool activities. All I/O lives here; each tool answers with one of the four outcomes."""
+"""Tool activities. All I/O lives here; each tool answers with one of the four outcomes.
+
+A tool's activity is a method marked `@tool(name)` with the name of its declaration in
+core/tools.py; `tool_activities` collects the marked methods, so the worker registers a tool by
+holding the object that implements it (activities/courier.py is a tool outside this class).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.db import Database
-from activities.effects import Attempt, Effects, MoneyIntent, ProviderEffect, ProviderTerms
+from activities.effects import Attempt, Effects, Intent, ProviderEffect, ProviderTerms
 from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway
 from activities.records import Records, send_once, upsert_confirmation
 from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 from core.tools import (
+    REGISTRY,
     GetOrderArgs,
     IssueRefundArgs,
     LookupInvoiceArgs,
@@ -37,6 +43,27 @@ POLICY = {
 
 
 
+_TOOL = "__tool_name__"
+
+
+def tool(name: str) -> Callable[[Callable], Callable]:
+    """Mark a method as the activity of the declared tool `name` (registered under that name)."""
+    if name not in REGISTRY:
+        raise LookupError(f"no tool {name!r} is declared in core/tools.py")
+
+    def mark(fn: Callable) -> Callable:
+        setattr(fn, _TOOL, name)
+        return activity.defn(name=name)(fn)
+    return mark
+
+
+def tool_activities(implementation: object) -> list[Callable]:
+    """The bound `@tool` methods of an object, in declaration order."""
+    found = {getattr(m, _TOOL): m for m in (getattr(implementation, n) for n in dir(type(implementation)))
+             if callable(m) and hasattr(m, _TOOL)}
+    return [found[name] for name in REGISTRY if name in found]
+
+
 def item_resource(order_id: str, item_id: str) -> str:
     return f"item:{order_id}/{item_id}"
 
@@ -50,7 +77,7 @@ def invoice_resource(invoice_id: str) -> str:
 
 
 class ToolActivities:
-    """Holds the stores and the payment gateway; one method per tool, registered by tool name."""
+    """Holds the stores and the payment gateway; one `@tool` method per tool."""
 
     def __init__(self, db: Database, gateway: StripeGateway, approval_ceiling_cents: int,
                  terms: ProviderTerms | None = None, payment_ceiling_cents: int | None = None) -> None:
@@ -62,15 +89,13 @@ class ToolActivities:
         self._effects = Effects(EffectLedger(db), terms or ProviderTerms())
 
     def activities(self) -> list[Callable]:
-        return [self.get_order, self.search_policy, self.lookup_invoice, self.issue_refund,
-                self.write_confirmation, self.notify_customer, self.message_seller, self.schedule_pickup,
-                self.send_payment, self.send_email, self.record_human_decision]
+        return [*tool_activities(self), self.record_human_decision]
 
     # --- reads -------------------------------------------------------------------------
 
-    @activity.defn(name="get_order")
+    @tool("get_order")
     async def get_order(self, call: ToolInput) -> ToolResult:
-        return await _in_thread(self._get_order, call)
+        return await in_thread(self._get_order, call)
 
     def _get_order(self, call: ToolInput) -> ToolResult:
         args = GetOrderArgs.model_validate(call.arguments)
@@ -82,77 +107,77 @@ class ToolActivities:
         by_item = {i.item_id: sum(r.amount for r in refunds if _metadata(r).get("item_id") == i.item_id)
                    for i in order.items}
         refunded = sum(r.amount for r in refunds)
-        return ToolResult(tool=call.tool, attempt=_attempt(), data={
+        return ToolResult(tool=call.tool, attempt=attempt_number(), data={
             **order.model_dump(), "paid_cents": order.paid_cents, "refunded_cents": refunded,
             "refundable_cents": order.paid_cents - refunded, "refunded_cents_by_item": by_item,
             "approval_ceiling_cents": self._ceiling})
 
-    @activity.defn(name="search_policy")
+    @tool("search_policy")
     async def search_policy(self, call: ToolInput) -> ToolResult:
         args = SearchPolicyArgs.model_validate(call.arguments)
         words = set(args.query.lower().split())
         hits = [text for topic, text in POLICY.items() if topic in words or any(w in text.lower() for w in words)]
-        return ToolResult(tool=call.tool, attempt=_attempt(), data={"passages": hits or list(POLICY.values())})
+        return ToolResult(tool=call.tool, attempt=attempt_number(), data={"passages": hits or list(POLICY.values())})
 
-    @activity.defn(name="lookup_invoice")
+    @tool("lookup_invoice")
     async def lookup_invoice(self, call: ToolInput) -> ToolResult:
-        return await _in_thread(self._lookup_invoice, call)
+        return await in_thread(self._lookup_invoice, call)
 
     def _lookup_invoice(self, call: ToolInput) -> ToolResult:
         args = LookupInvoiceArgs.model_validate(call.arguments)
         record = self._records.invoice(args.invoice_id)
         if record is None:
             return _read_error(call, "unknown_invoice", f"no invoice {args.invoice_id}")
-        return ToolResult(tool=call.tool, attempt=_attempt(), data=record.invoice.model_dump())
+        return ToolResult(tool=call.tool, attempt=attempt_number(), data=record.invoice.model_dump())
 
     # --- money: validation, then one call into the effect protocol ------------------------
 
-    @activity.defn(name="issue_refund")
+    @tool("issue_refund")
     async def issue_refund(self, call: ToolInput) -> ToolResult:
-        return await _in_thread(self._issue_refund, call)
+        return await in_thread(self._issue_refund, call)
 
     def _issue_refund(self, call: ToolInput) -> ToolResult:
         args = IssueRefundArgs.model_validate(call.arguments)
-        key = _require_key(call)
+        key = require_key(call)
         record = self._records.order(args.order_id)
         if record is None:
-            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+            return not_performed(call, "unknown_order", f"no order {args.order_id}")
         order, pi = record.order, record.payment_intent_id
         item = next((i for i in order.items if i.item_id == args.item_id), None)
         if item is None:
-            return _not_performed(call, "unknown_item", f"order {order.order_id} has no item {args.item_id}")
+            return not_performed(call, "unknown_item", f"order {order.order_id} has no item {args.item_id}")
         if args.currency != order.currency:
-            return _not_performed(call, "currency_mismatch", f"order is in {order.currency}, not {args.currency}")
+            return not_performed(call, "currency_mismatch", f"order is in {order.currency}, not {args.currency}")
         if args.amount_cents > item.amount_cents:
-            return _not_performed(call, "exceeds_item_price", f"item {item.item_id} cost {item.amount_cents} cents")
+            return not_performed(call, "exceeds_item_price", f"item {item.item_id} cost {item.amount_cents} cents")
         metadata = {"task_id": call.task_id, "order_id": order.order_id, "item_id": item.item_id}
         if call.approval is not None and call.approval.intent_key == key:
             metadata["approved_by"] = call.approval.decided_by
-        return self._effects.perform(MoneyIntent(
-            call=call, amount_cents=args.amount_cents, ceiling_cents=self._ceiling,
+        return self._effects.perform(Intent(
+            call=call, amount=args.amount_cents, ceiling_cents=self._ceiling,
             holds=(Hold(item_resource(order.order_id, item.item_id), item.amount_cents, args.amount_cents),
                    Hold(order_resource(order.order_id), order.paid_cents, args.amount_cents)),
             records=lambda: [_refund_effect(r, order.order_id) for r in self._gateway.refunds(pi)],
             send=lambda: _refund_effect(self._gateway.refund(pi, args.amount_cents, key, metadata), order.order_id),
         ))
 
-    @activity.defn(name="send_payment")
+    @tool("send_payment")
     async def send_payment(self, call: ToolInput) -> ToolResult:
-        return await _in_thread(self._send_payment, call)
+        return await in_thread(self._send_payment, call)
 
     def _send_payment(self, call: ToolInput) -> ToolResult:
         args = SendPaymentArgs.model_validate(call.arguments)
-        key = _require_key(call)
+        key = require_key(call)
         record = self._records.invoice(args.invoice_id)
         if record is None:
-            return _not_performed(call, "unknown_invoice", f"no invoice {args.invoice_id}")
+            return not_performed(call, "unknown_invoice", f"no invoice {args.invoice_id}")
         invoice, payee_ref = record.invoice, record.customer_ref
         if args.payee != invoice.payee:
-            return _not_performed(call, "payee_mismatch", f"invoice {invoice.invoice_id} is payable to {invoice.payee}")
+            return not_performed(call, "payee_mismatch", f"invoice {invoice.invoice_id} is payable to {invoice.payee}")
         if args.currency != invoice.currency:
-            return _not_performed(call, "currency_mismatch", f"invoice is in {invoice.currency}")
+            return not_performed(call, "currency_mismatch", f"invoice is in {invoice.currency}")
         if args.amount_cents != invoice.amount_cents:
-            return _not_performed(call, "amount_mismatch", f"invoice amount is {invoice.amount_cents} cents")
+            return not_performed(call, "amount_mismatch", f"invoice amount is {invoice.amount_cents} cents")
         metadata = {"task_id": call.task_id, "invoice_id": invoice.invoice_id, KEY_FIELD: key}
         if call.approval is not None and call.approval.intent_key == key:
             metadata["approved_by"] = call.approval.decided_by
@@ -161,8 +186,8 @@ class ToolActivities:
             return [_payment_effect(p) for p in self._gateway.payments_to(payee_ref)
                     if _metadata(p).get("invoice_id") == invoice.invoice_id]
 
-        return self._effects.perform(MoneyIntent(
-            call=call, amount_cents=args.amount_cents, ceiling_cents=self._payment_ceiling,
+        return self._effects.perform(Intent(
+            call=call, amount=args.amount_cents, ceiling_cents=self._payment_ceiling,
             holds=(Hold(invoice_resource(invoice.invoice_id), invoice.amount_cents, args.amount_cents),),
             records=records,
             send=lambda: _payment_effect(self._gateway.charge(payee_ref, args.amount_cents, args.currency, metadata,
@@ -174,7 +199,7 @@ class ToolActivities:
     @activity.defn(name="record_human_decision")
     async def record_human_decision(self, settle: SettleInput) -> SettleVerdict | None:
         """mark_performed / mark_not_performed, recorded only when the provider's records agree."""
-        return await _in_thread(self._record_human_decision, settle)
+        return await in_thread(self._record_human_decision, settle)
 
     def _record_human_decision(self, settle: SettleInput) -> SettleVerdict:
         records, resources = None, (settle.intent_key,)
@@ -194,83 +219,83 @@ class ToolActivities:
 
     # --- writes to people and records --------------------------------------------------
 
-    @activity.defn(name="write_confirmation")
+    @tool("write_confirmation")
     async def write_confirmation(self, call: ToolInput) -> ToolResult:
         args = WriteConfirmationArgs.model_validate(call.arguments)
         record = await self._order(args.order_id)
         if record is None:
-            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
-        await _in_thread(upsert_confirmation, self._db, call.task_id, args.order_id, args.text)
-        return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key, attempt=_attempt(),
-                          data={"order_id": args.order_id})
+            return not_performed(call, "unknown_order", f"no order {args.order_id}")
+        await in_thread(upsert_confirmation, self._db, call.task_id, args.order_id, args.text)
+        return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key,
+                          attempt=attempt_number(), data={"order_id": args.order_id})
 
-    @activity.defn(name="notify_customer")
+    @tool("notify_customer")
     async def notify_customer(self, call: ToolInput) -> ToolResult:
         args = NotifyCustomerArgs.model_validate(call.arguments)
         record = await self._order(args.order_id)
         if record is None:
-            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+            return not_performed(call, "unknown_order", f"no order {args.order_id}")
         return await self._send(call, "email", record.order.customer_email, f"Your order {args.order_id}",
                                 args.message)
 
-    @activity.defn(name="message_seller")
+    @tool("message_seller")
     async def message_seller(self, call: ToolInput) -> ToolResult:
         args = MessageSellerArgs.model_validate(call.arguments)
         record = await self._order(args.order_id)
         if record is None:
-            return _not_performed(call, "unknown_order", f"no order {args.order_id}")
+            return not_performed(call, "unknown_order", f"no order {args.order_id}")
         return await self._send(call, "seller_message", record.order.seller_email, f"Order {args.order_id}",
                                 args.message)
 
-    @activity.defn(name="schedule_pickup")
+    @tool("schedule_pickup")
     async def schedule_pickup(self, call: ToolInput) -> ToolResult:
         args = SchedulePickupArgs.model_validate(call.arguments)
         record = await self._order(args.order_id)
         if record is None or not any(i.item_id == args.item_id for i in record.order.items):
-            return _not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
+            return not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
         return await self._send(call, "pickup", "courier", f"Pickup {args.order_id}/{args.item_id}",
                                 f"Collect {args.item_id} from {record.order.customer_name}")
 
     async def _order(self, order_id: str):  # noqa: ANN202
-        return await _in_thread(self._records.order, order_id)
+        return await in_thread(self._records.order, order_id)
 
-    @activity.defn(name="send_email")
+    @tool("send_email")
     async def send_email(self, call: ToolInput) -> ToolResult:
         args = SendEmailArgs.model_validate(call.arguments)
         return await self._send(call, "email", args.to, args.subject, args.body)
 
     async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str) -> ToolResult:
-        key = _require_key(call)
-        sent_now, mine = await _in_thread(send_once, self._db, key, call.task_id, call.tool, call.arguments,
+        key = require_key(call)
+        sent_now, mine = await in_thread(send_once, self._db, key, call.task_id, call.tool, call.arguments,
                                           Attempt.current().call, kind, recipient, subject, body)
         crash_point(f"{call.tool}:after_send")
         outcome = Outcome.PERFORMED if (sent_now or mine) else Outcome.ALREADY_PERFORMED
-        return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=_attempt(),
+        return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=attempt_number(),
                           data={"recipient": recipient, "kind": kind})
 
 
-async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """Blocking SQLite and HTTP run off the event loop so heartbeats keep flowing."""
     return await asyncio.to_thread(fn, *args)
 
 
-def _attempt() -> int:
+def attempt_number() -> int:
     return activity.info().attempt
 
 
-def _require_key(call: ToolInput) -> str:
+def require_key(call: ToolInput) -> str:
     if not call.intent_key:
         raise ApplicationError(f"{call.tool} needs an intent key", type="InvalidToolInput", non_retryable=True)
     return call.intent_key
 
 
-def _not_performed(call: ToolInput, reason: str, message: str, retryable: bool = False) -> ToolResult:
+def not_performed(call: ToolInput, reason: str, message: str, retryable: bool = False) -> ToolResult:
     return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, intent_key=call.intent_key, reason=reason,
-                      message=message, retryable=retryable, attempt=_attempt())
+                      message=message, retryable=retryable, attempt=attempt_number())
 
 
 def _read_error(call: ToolInput, reason: str, message: str) -> ToolResult:
-    return ToolResult(tool=call.tool, reason=reason, message=message, attempt=_attempt())
+    return ToolResult(tool=call.tool, reason=reason, message=message, attempt=attempt_number())
 
 
 def _metadata(obj: Any) -> dict[str, str]:

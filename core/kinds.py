@@ -1,21 +1,20 @@
 """Task kinds: what a task of each kind may touch.
 
-A kind names its tools (the only ones its model is offered and its gate runs) and the facts that
-bind it to business records: a refund ticket and a refund request act on one order, a supplier
-payment on one invoice. The worker's configuration may narrow a kind's tools; a task input may
-narrow them further, never widen them (core/authority.py `narrow`).
+A kind offers the tools whose declaration names it (core/tools.py `ToolSpec.kinds`, so a tool is
+declared in one place) and names the facts that bind it to business records: a refund ticket and
+a refund request act on one order, a supplier payment on one invoice. The worker's configuration
+may narrow a kind's tools; a task input may narrow them further, never widen them
+(core/authority.py `narrow`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from core.models import TaskKind
+from core.tools import REGISTRY
 
-class TaskKind(StrEnum):
-    REFUND_TICKET = "refund_ticket"
-    REFUND_REQUEST = "refund_request"
-    SUPPLIER_PAYMENT = "supplier_payment"
+__all__ = ["KINDS", "KindSpec", "TaskKind"]
 
 
 @dataclass(frozen=True)
@@ -26,16 +25,14 @@ class KindSpec:
     binds: tuple[str, ...]
 
 
+_BINDS = {
+    TaskKind.REFUND_TICKET: ("order_id",),
+    TaskKind.REFUND_REQUEST: ("order_id",),
+    TaskKind.SUPPLIER_PAYMENT: ("invoice_id",),
+    TaskKind.RETURN_PICKUP: ("order_id",),
+}
+
 KINDS: dict[TaskKind, KindSpec] = {
-    TaskKind.REFUND_TICKET: KindSpec(
-        tools=("get_order", "search_policy", "issue_refund", "message_seller", "schedule_pickup",
-               "notify_customer", "escalate_to_human"),
-        binds=("order_id",)),
-    TaskKind.REFUND_REQUEST: KindSpec(
-        tools=("get_order", "search_policy", "issue_refund", "write_confirmation", "notify_customer",
-               "escalate_to_human"),
-        binds=("order_id",)),
-    TaskKind.SUPPLIER_PAYMENT: KindSpec(
-        tools=("lookup_invoice", "send_payment", "send_email", "escalate_to_human"),
-        binds=("invoice_id",)),
+    kind: KindSpec(tools=tuple(name for name, spec in REGISTRY.items() if kind in spec.kinds), binds=binds)
+    for kind, binds in _BINDS.items()
 }

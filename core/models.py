@@ -7,7 +7,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.kinds import TaskKind
+
+class TaskKind(StrEnum):
+    """What a task is; core/kinds.py says what each kind may touch."""
+
+    REFUND_TICKET = "refund_ticket"
+    REFUND_REQUEST = "refund_request"
+    SUPPLIER_PAYMENT = "supplier_payment"
+    RETURN_PICKUP = "return_pickup"
 
 
 class ToolClass(StrEnum):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from core.models import ToolClass, ToolSchema
+from core.models import TaskKind, ToolClass, ToolSchema
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
 Ident = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=64)]
@@ -82,15 +82,24 @@ class EscalateArgs(_Args):
     reason: Text
 
 
+class BookCourierArgs(_Args):
+    order_id: Ident
+    item_id: Ident
+
+
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool's declaration. `key_fields` name argument fields or context facts (task_id)."""
+    """A tool's declaration. `key_fields` name argument fields or context facts (task_id);
+    `kinds` are the task kinds that offer the tool (core/kinds.py reads them from here). An
+    `opt_in` tool is offered only by a worker that was given its implementation (worker.py)."""
 
     name: str
     tool_class: ToolClass
     args: type[BaseModel]
     description: str
     key_fields: tuple[str, ...] = ()
+    kinds: tuple[TaskKind, ...] = ()
+    opt_in: bool = False
 
     @property
     def needs_key(self) -> bool:
@@ -100,29 +109,38 @@ class ToolSpec:
         return ToolSchema(name=self.name, description=self.description, parameters=self.args.model_json_schema())
 
 
+_TICKET, _REQUEST, _PAYMENT, _PICKUP = (TaskKind.REFUND_TICKET, TaskKind.REFUND_REQUEST,
+                                       TaskKind.SUPPLIER_PAYMENT, TaskKind.RETURN_PICKUP)
+
+# The order here is the order a kind offers its tools in.
 _SPECS = (
     ToolSpec("get_order", ToolClass.READ, GetOrderArgs,
-             "Look up an order: items, amounts paid, refunded_cents, customer and seller."),
-    ToolSpec("search_policy", ToolClass.READ, SearchPolicyArgs, "Search the refund and returns policy."),
-    ToolSpec("lookup_invoice", ToolClass.READ, LookupInvoiceArgs, "Look up a supplier invoice."),
+             "Look up an order: items, amounts paid, refunded_cents, customer and seller.",
+             kinds=(_TICKET, _REQUEST, _PICKUP)),
+    ToolSpec("search_policy", ToolClass.READ, SearchPolicyArgs, "Search the refund and returns policy.",
+             kinds=(_TICKET, _REQUEST)),
+    ToolSpec("lookup_invoice", ToolClass.READ, LookupInvoiceArgs, "Look up a supplier invoice.", kinds=(_PAYMENT,)),
     ToolSpec("issue_refund", ToolClass.MONEY, IssueRefundArgs,
              "Refund one item of an order to the original payment method.",
-             ("task_id", "order_id", "item_id", "amount_cents")),
+             ("task_id", "order_id", "item_id", "amount_cents"), (_TICKET, _REQUEST)),
     ToolSpec("write_confirmation", ToolClass.IDEMPOTENT_WRITE, WriteConfirmationArgs,
              "Write the confirmation note on an order (replaces any earlier note of this task).",
-             ("task_id", "order_id")),
-    ToolSpec("notify_customer", ToolClass.IRREVERSIBLE, NotifyCustomerArgs,
-             "Email the order's customer.", ("task_id", "order_id", "message")),
+             ("task_id", "order_id"), (_REQUEST,)),
     ToolSpec("message_seller", ToolClass.IRREVERSIBLE, MessageSellerArgs,
-             "Message the order's seller.", ("task_id", "order_id", "message")),
+             "Message the order's seller.", ("task_id", "order_id", "message"), (_TICKET,)),
     ToolSpec("schedule_pickup", ToolClass.IRREVERSIBLE, SchedulePickupArgs,
-             "Book a courier pickup of an item from the customer.", ("task_id", "order_id", "item_id")),
+             "Book a courier pickup of an item from the customer.", ("task_id", "order_id", "item_id"), (_TICKET,)),
+    ToolSpec("book_courier", ToolClass.IRREVERSIBLE, BookCourierArgs,
+             "Book the courier to collect a returned item from the customer (one pickup per item).",
+             ("order_id", "item_id"), (_PICKUP,), opt_in=True),
+    ToolSpec("notify_customer", ToolClass.IRREVERSIBLE, NotifyCustomerArgs,
+             "Email the order's customer.", ("task_id", "order_id", "message"), (_TICKET, _REQUEST, _PICKUP)),
     ToolSpec("send_payment", ToolClass.MONEY, SendPaymentArgs,
-             "Pay a supplier invoice.", ("invoice_id", "payee", "amount_cents")),
+             "Pay a supplier invoice.", ("invoice_id", "payee", "amount_cents"), (_PAYMENT,)),
     ToolSpec("send_email", ToolClass.IRREVERSIBLE, SendEmailArgs,
-             "Send an email.", ("task_id", "to", "subject", "body")),
+             "Send an email.", ("task_id", "to", "subject", "body"), (_PAYMENT,)),
     ToolSpec("escalate_to_human", ToolClass.IRREVERSIBLE, EscalateArgs,
-             "Hand the task to a human operator, with the reason.", ("task_id", "reason")),
+             "Hand the task to a human operator, with the reason.", ("task_id", "reason"), tuple(TaskKind)),
 )
 
 REGISTRY: dict[str, ToolSpec] = {spec.name: spec for spec in _SPECS}
