@@ -136,12 +136,9 @@ class Effects:
     def perform(self, intent: Intent) -> ToolResult:
         """The one path of every counted effect. Raises only to let Temporal retry this same call."""
         attempt = Attempt.current()
-        records = self._read(intent, attempt, "before sending")
+        records = self._look(intent, attempt, "before sending", "found at the provider before sending")
         if isinstance(records, ToolResult):
             return records
-        mine = _match(records, intent.call.intent_key)
-        if mine is not None:
-            return self._found(intent.call, attempt, mine, "found at the provider before sending")
         now = time.time()
         send_by = now + self._terms.lease_seconds
         claim = self._ledger.claim(Request(
@@ -216,12 +213,10 @@ class Effects:
         effect = claim.effect
         if claim.previous is not None and claim.previous.status == "intent":
             # Taken over from an attempt whose horizon has passed: whatever it sent has landed by now.
-            records = self._read(intent, attempt, "after taking the intent over")
-            if isinstance(records, ToolResult):
-                return records
-            mine = _match(records, intent.call.intent_key)
-            if mine is not None:
-                return self._found(intent.call, attempt, mine, "an earlier attempt's request landed")
+            answer = self._look(intent, attempt, "after taking the intent over",
+                                "an earlier attempt's request landed")
+            if isinstance(answer, ToolResult):
+                return answer
         crash_point(f"{intent.call.tool}:before_provider")
         try:
             with send_before(effect.lease_until):
@@ -266,6 +261,14 @@ class Effects:
         delay = max(0.5, until - time.time() + 0.25)
         raise ApplicationError(f"{why}; asking the provider again in {delay:.1f} s", type="OutcomeUnverified",
                                next_retry_delay=timedelta(seconds=delay))
+
+    def _look(self, intent: Intent, attempt: Attempt, when: str, how: str) -> list[ProviderEffect] | ToolResult:
+        """The provider's records, or the answer they give: this intent is there, or they cannot be read."""
+        records = self._read(intent, attempt, when)
+        if isinstance(records, ToolResult):
+            return records
+        mine = _match(records, intent.call.intent_key)
+        return self._found(intent.call, attempt, mine, how) if mine is not None else records
 
     def _read(self, intent: Intent, attempt: Attempt, when: str) -> list[ProviderEffect] | ToolResult:
         try:
