@@ -19,6 +19,7 @@ from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway
 from activities.records import Records, send_once, upsert_confirmation
+from core.domain import Order
 from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 from core.tools import (
     REGISTRY,
@@ -232,20 +233,23 @@ class ToolActivities:
     @tool("notify_customer")
     async def notify_customer(self, call: ToolInput) -> ToolResult:
         args = NotifyCustomerArgs.model_validate(call.arguments)
-        record = await self._order(args.order_id)
-        if record is None:
-            return not_performed(call, "unknown_order", f"no order {args.order_id}")
-        return await self._send(call, "email", record.order.customer_email, f"Your order {args.order_id}",
-                                args.message)
+        return await self._to_party(call, args.order_id, "email", lambda o: o.customer_email,
+                                    f"Your order {args.order_id}", args.message)
 
     @tool("message_seller")
     async def message_seller(self, call: ToolInput) -> ToolResult:
         args = MessageSellerArgs.model_validate(call.arguments)
-        record = await self._order(args.order_id)
+        return await self._to_party(call, args.order_id, "seller_message", lambda o: o.seller_email,
+                                    f"Order {args.order_id}", args.message)
+
+    async def _to_party(self, call: ToolInput, order_id: str, kind: str, recipient: Callable[[Order], str],
+                        subject: str, body: str) -> ToolResult:
+        """A message to a party of an order on record: its customer or its seller, never an address
+        the model chose."""
+        record = await self._order(order_id)
         if record is None:
-            return not_performed(call, "unknown_order", f"no order {args.order_id}")
-        return await self._send(call, "seller_message", record.order.seller_email, f"Order {args.order_id}",
-                                args.message)
+            return not_performed(call, "unknown_order", f"no order {order_id}")
+        return await self._send(call, kind, recipient(record.order), subject, body)
 
     @tool("schedule_pickup")
     async def schedule_pickup(self, call: ToolInput) -> ToolResult:

@@ -13,30 +13,20 @@ from core.models import ToolClass
 
 NON_RETRYABLE = ["InvalidToolInput", "Configuration"]
 
-READ_POLICY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10), maximum_attempts=5,
-    non_retryable_error_types=NON_RETRYABLE,
-)
+
+def _bounded(first: timedelta, longest: timedelta, attempts: int) -> RetryPolicy:
+    return RetryPolicy(initial_interval=first, backoff_coefficient=2.0, maximum_interval=longest,
+                       maximum_attempts=attempts, non_retryable_error_types=NON_RETRYABLE)
+
+
+READ_POLICY = _bounded(timedelta(milliseconds=500), timedelta(seconds=10), 5)
 IDEMPOTENT_WRITE_POLICY = READ_POLICY
 # Seven attempts, close together: a paused worker's open activity polls (five by default) can each
 # swallow a retry that then times out, and one attempt may only wait out another's settle horizon
 # (activities/effects.py) before the provider is asked again.
-MONEY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=4), maximum_attempts=7,
-    non_retryable_error_types=NON_RETRYABLE,
-)
-IRREVERSIBLE_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10), maximum_attempts=3,
-    non_retryable_error_types=NON_RETRYABLE,
-)
-MODEL_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=NON_RETRYABLE,
-)
+MONEY_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=4), 7)
+IRREVERSIBLE_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=10), 3)
+MODEL_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=30), 5)
 
 # Storing a dead letter or a human's decision must eventually happen: retry without a cap
 # (the pending activity stays visible in the Web UI) rather than fail the task.
