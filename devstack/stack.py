@@ -8,6 +8,7 @@ runs never share a server, a provider store or a database.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,12 +122,18 @@ class Stack:
         folder, and `make up` exports APPROVER and APPROVER_KEY_FILE for `starter.py resolve`."""
         from activities.authority import load_key_file, new_key_file, public_key_text
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            key = new_key_file(self.demo_approver_file)
-        except FileExistsError:
-            key = load_key_file(self.demo_approver_file)
-        return public_key_text(key)
+        path = self.demo_approver_file
+        if not path.exists():  # written aside and linked in whole: a reader never sees half a key
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            aside = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+            new_key_file(aside)
+            try:
+                os.link(aside, path)
+            except FileExistsError:
+                pass
+            finally:
+                aside.unlink()
+        return public_key_text(load_key_file(path))
 
     def check_ports(self) -> None:
         wanted = {"Temporal": self.temporal_port, "localstripe": self.stripe_port}
