@@ -3,11 +3,8 @@ fresh task queue, a fresh database with its own paid orders, and unique task ids
 
 from __future__ import annotations
 
-import itertools
 import uuid
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence
 
 import pytest
 import pytest_asyncio
@@ -22,10 +19,6 @@ from infra.settings import Settings
 from devstack.edge_control import EdgeControl
 from devstack.stack import STRIPE_API_KEY, Stack
 from tests.approvers import APPROVERS
-from worker import build_worker
-
-_counter = itertools.count(1)
-
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Stack:
@@ -74,15 +67,3 @@ def worker_env(settings: Settings) -> dict[str, str]:
         "STRIPE_PROCESSING_WINDOW_SECONDS": str(settings.stripe_processing_window_seconds),
         "EFFECT_LEASE_SECONDS": str(settings.effect_lease_seconds),
     }
-
-
-@asynccontextmanager
-async def running_worker(client: Client, settings: Settings, task_queue: str | None = None,
-                         replace: Sequence[Callable] = ()) -> AsyncIterator[None]:
-    async with build_worker(client, settings, task_queue, replace=replace):
-        yield
-
-
-def unique(task_id: str) -> str:
-    """A task id no other test on this server uses."""
-    return f"{task_id}-t{next(_counter)}-{uuid.uuid4().hex[:6]}"

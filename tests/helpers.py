@@ -1,6 +1,12 @@
-"""Starting tasks the way starter.py does, and reading what they did."""
+"""What tests share (fixtures stay in conftest.py): unique task ids, a worker in this process,
+starting tasks the way starter.py does, and reading what they did."""
 
 from __future__ import annotations
+
+import itertools
+import uuid
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable, Sequence
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -9,7 +15,9 @@ from devstack.polling import poll_until
 from core.models import Checkpoint, TaskInput, TaskResult
 from devstack.scenarios import SCENARIOS
 from starter import start_task
-from tests.conftest import unique
+from worker import build_worker
+
+_counter = itertools.count(1)
 
 
 def scenario_task(name: str, **model_options) -> TaskInput:
@@ -38,3 +46,15 @@ async def waiting(handle: WorkflowHandle, timeout: float = 60.0) -> Checkpoint:
         cp = await checkpoint(handle)
         return cp if cp.state == "awaiting_human" else None
     return await wait_for(check, f"{handle.id} to wait for a human", timeout)
+
+
+@asynccontextmanager
+async def running_worker(client: Client, settings: Settings, task_queue: str | None = None,
+                         replace: Sequence[Callable] = ()) -> AsyncIterator[None]:
+    async with build_worker(client, settings, task_queue, replace=replace):
+        yield
+
+
+def unique(task_id: str) -> str:
+    """A task id no other test on this server uses."""
+    return f"{task_id}-t{next(_counter)}-{uuid.uuid4().hex[:6]}"

@@ -26,8 +26,7 @@ from core.tools import REGISTRY
 from devstack.courier_api import CourierAPI
 from devstack.seed import seed_order
 from infra.settings import Settings
-from tests.conftest import unique
-from tests.helpers import run, start
+from tests.helpers import run, start, unique
 from worker import build_worker
 from workflows import AgentTaskWorkflow
 

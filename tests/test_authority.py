@@ -31,8 +31,7 @@ from devstack.stack import Stack
 from infra.codec import data_converter
 from infra.settings import Settings
 from tests.approvers import ALICE, BOB, signed
-from tests.conftest import running_worker
-from tests.helpers import checkpoint, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
 from worker import build_worker
 
 MALLORY = "mallory@example.com"

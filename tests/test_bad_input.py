@@ -18,8 +18,7 @@ from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput
 from core.tools import REGISTRY
 from tests.approvers import signed
-from tests.conftest import running_worker
-from tests.helpers import scenario_task, start, wait_for, checkpoint
+from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for
 
 REFUND = {"order_id": "SU-88421", "item_id": "oak-shelf-4", "amount_cents": 11800, "currency": "usd",
           "reason": "arrived damaged"}

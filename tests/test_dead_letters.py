@@ -24,8 +24,7 @@ from core.models import Outcome
 from core.names import SEARCH_ATTRIBUTES
 from devstack.edge_control import EdgeControl, preset
 from starter import redrive
-from tests.conftest import running_worker
-from tests.helpers import scenario_task, start, waiting
+from tests.helpers import running_worker, scenario_task, start, waiting
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -18,8 +18,7 @@ from activities.world import World
 from devstack.processes import WorkerProcess
 from devstack.stack import Stack
 from infra.settings import Settings
-from tests.conftest import running_worker
-from tests.helpers import run, scenario_task
+from tests.helpers import run, running_worker, scenario_task
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 50

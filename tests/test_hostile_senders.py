@@ -29,8 +29,7 @@ from activities.world import World
 from core.authority import DECISIONS_KEPT
 from infra.settings import Settings
 from tests.approvers import ALICE, BOB, signed
-from tests.conftest import running_worker
-from tests.helpers import checkpoint, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
 
 SEED = 20261201
 TASKS = 4

@@ -12,8 +12,7 @@ from core.models import Checkpoint, Outcome
 from devstack.edge_control import EdgeControl
 from infra.settings import Settings
 from tests.approvers import signed
-from tests.conftest import running_worker
-from tests.helpers import checkpoint, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
 
 NOTHING_HAPPENED = [  # the refund never reaches the provider, and nobody can read its refunds
     {"method": "POST", "path": "/v1/refunds", "fault": "error_before_commit", "nth": [1]},

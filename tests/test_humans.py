@@ -15,8 +15,7 @@ from core.models import DecisionReceipt, Outcome, ResolveInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl, preset
 from tests.approvers import ALICE, signed
-from tests.conftest import running_worker
-from tests.helpers import checkpoint, run, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, run, running_worker, scenario_task, start, wait_for, waiting
 
 
 @pytest.fixture

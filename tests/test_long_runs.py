@@ -9,8 +9,7 @@ from activities.world import World
 from infra.settings import Settings
 from core.models import Outcome
 from devstack.scenarios import long_run
-from tests.conftest import running_worker, unique
-from tests.helpers import start
+from tests.helpers import running_worker, start, unique
 
 
 async def test_long_task_continues_as_new_and_keeps_its_journal(client: Client, settings: Settings, world: World):

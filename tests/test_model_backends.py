@@ -38,8 +38,7 @@ from core.names import MODEL_TURN_ACTIVITY
 from core.policies import TOOL_HEARTBEAT as HEARTBEAT_TIMEOUT
 from core.kinds import KINDS, TaskKind
 from core.tools import REGISTRY
-from tests.conftest import running_worker
-from tests.helpers import scenario_task, start
+from tests.helpers import running_worker, scenario_task, start
 from tests.stubs import AnthropicStub, OpenAIStub, Reply, Request, StubServer
 from tests.stubs import anthropic_messages as anthropic_stub
 from tests.stubs import openai_chat as openai_stub

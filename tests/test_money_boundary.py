@@ -31,8 +31,7 @@ from devstack.scenarios import refund_8841
 from devstack.seed import seed_order, seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
-from tests.conftest import running_worker, unique
-from tests.helpers import checkpoint, run, start, waiting
+from tests.helpers import checkpoint, run, running_worker, start, unique, waiting
 
 MODES = ["dedupe", "passthrough"]
 _orders = itertools.count(int(time.time() * 1000) % 10**9 * 100)

@@ -16,8 +16,7 @@ from activities.world import World
 from infra.settings import Settings
 from devstack.scenarios import batch_ticket
 from devstack.stack import STRIPE_API_KEY, Stack
-from tests.conftest import unique
-from tests.helpers import start
+from tests.helpers import start, unique
 
 TICKETS = 8
 

@@ -21,8 +21,7 @@ from devstack.edge_control import EdgeControl, preset
 from devstack.stack import Stack
 from devstack.unsafe import naive_refund
 from tests.approvers import signed
-from tests.conftest import running_worker
-from tests.helpers import run, scenario_task, start, waiting
+from tests.helpers import run, running_worker, scenario_task, start, waiting
 
 MODES = ["dedupe", "passthrough"]
 TIMEOUT = 1.0

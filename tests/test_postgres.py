@@ -24,8 +24,7 @@ from infra.settings import Settings
 from core.models import Outcome
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import STRIPE_API_KEY, Stack
-from tests.conftest import running_worker
-from tests.helpers import run, scenario_task, start
+from tests.helpers import run, running_worker, scenario_task, start
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

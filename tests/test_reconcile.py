@@ -17,8 +17,7 @@ from activities.world import World
 from infra.settings import Settings
 from core.models import ReconcileInput, ReconcileReport
 from infra.schedules import ensure_reconcile_schedule
-from tests.conftest import running_worker
-from tests.helpers import run, scenario_task, wait_for
+from tests.helpers import run, running_worker, scenario_task, wait_for
 from workflows import RECONCILE_WORKFLOW
 
 

@@ -10,8 +10,7 @@ from temporalio.client import Client
 from activities.world import World
 from infra.settings import Settings
 from core.models import Outcome
-from tests.conftest import running_worker
-from tests.helpers import run, scenario_task, start
+from tests.helpers import run, running_worker, scenario_task, start
 
 
 def performed(world: World, task_id: str) -> dict[str, int]:

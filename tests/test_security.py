@@ -17,8 +17,7 @@ from activities.world import World
 from infra.settings import Settings
 from devstack.processes import free_port
 from tests.approvers import signed
-from tests.conftest import running_worker
-from tests.helpers import scenario_task, start, waiting
+from tests.helpers import running_worker, scenario_task, start, waiting
 
 HISTORIES = Path(__file__).parent / "histories"
 STRIPE_KEY = "sk_test_ScanMe7f3a9c41d2"

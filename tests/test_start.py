@@ -29,7 +29,7 @@ from devstack.polling import poll_until
 from devstack.stack import STRIPE_API_KEY
 from infra.settings import Settings
 from starter import Ticket, start_ticket
-from tests.conftest import running_worker
+from tests.helpers import running_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
