@@ -21,10 +21,10 @@ def _bounded(first: timedelta, longest: timedelta, attempts: int) -> RetryPolicy
 
 READ_POLICY = _bounded(timedelta(milliseconds=500), timedelta(seconds=10), 5)
 IDEMPOTENT_WRITE_POLICY = READ_POLICY
-# Seven attempts, close together: a paused worker's open activity polls (five by default) can each
-# swallow a retry that then times out, and one attempt may only wait out another's settle horizon
-# (activities/effects.py) before the provider is asked again.
-MONEY_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=4), 7)
+# Ten attempts, close together: a paused worker's open activity polls (five by default) can each
+# swallow a retry that then times out (seen: attempts 3-7 of one call), and an attempt may only wait
+# out another's settle horizon (activities/effects.py) before the provider is asked again.
+MONEY_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=4), 10)
 IRREVERSIBLE_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=10), 3)
 MODEL_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=30), 5)
 

@@ -143,7 +143,7 @@ async def test_a_worker_paused_while_its_refund_is_held_does_not_pay_twice(
     os.kill(paused.process.pid, signal.SIGSTOP)
     other = stack.start_worker(tmp_path / "other.log", env)
     try:
-        result = await asyncio.wait_for(handle.result(), 120)
+        result = await asyncio.wait_for(handle.result(), 180)
         os.kill(paused.process.pid, signal.SIGCONT)
         await until(lambda: fenced(tmp_path / "paused.log"), "the paused worker to wake up and be fenced")
     finally:
@@ -172,7 +172,7 @@ async def test_an_attempt_paused_before_its_request_sends_nothing_when_it_wakes(
                 "worker A to pause before its request")
     other = stack.start_worker(tmp_path / "other.log", worker_env)
     try:
-        result = await asyncio.wait_for(handle.result(), 120)
+        result = await asyncio.wait_for(handle.result(), 180)
         assert edge.stats()["POST /v1/refunds"] == 1
         os.kill(paused.process.pid, signal.SIGCONT)
         await until(lambda: fenced(tmp_path / "paused.log"), "the paused worker to wake up and be fenced")
