@@ -40,8 +40,8 @@ async def checkpoint(handle: WorkflowHandle) -> Checkpoint:
     return await handle.query("checkpoint", result_type=Checkpoint)
 
 
-async def waiting(handle: WorkflowHandle, timeout: float = 60.0) -> Checkpoint:
-    """The checkpoint once the task waits for a human."""
+async def waiting(handle: WorkflowHandle, timeout: float = 150.0) -> Checkpoint:
+    """The checkpoint once the task waits for a human (an unknown outcome takes up to ten money attempts)."""
     async def check():
         cp = await checkpoint(handle)
         return cp if cp.state == "awaiting_human" else None
