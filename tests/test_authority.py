@@ -116,7 +116,7 @@ async def test_2_a_decision_is_authenticated_scoped_and_used_once(
         async def unknown():
             cp = await checkpoint(handle)
             return cp if cp.waiting_for and cp.waiting_for.reason == "unknown_outcome" else None
-        cp = await wait_for(unknown, "the approved refund to end unknown", 60)
+        cp = await wait_for(unknown, "the approved refund to end unknown", 150)
         assert cp.waiting_for.intent_key == key
         await handle.signal("resolve", approval)  # the same signed approval again
         cp = await recorded(handle, 7)
