@@ -7,7 +7,7 @@ PYTHON := $(VENV)/bin/python
 CHROMIUM := /usr/bin/chromium
 COMPOSE := /usr/bin/docker-compose
 
-.PHONY: install demo test up down status bench record chaos load eval
+.PHONY: install demo test up down status bench record chaos load week eval
 
 install: $(VENV)/.installed
 
@@ -50,8 +50,13 @@ bench: $(VENV)/.installed
 chaos: $(VENV)/.installed
 	$(PYTHON) -m devstack.chaos
 
+# The harness beside bare Temporal; LOAD_ARGS=--profile adds where the worker's CPU goes (py-spy).
 load: $(VENV)/.installed
-	$(PYTHON) -m devstack.load
+	$(PYTHON) -m devstack.load $(LOAD_ARGS)
+
+# A Sundry week: 4,200 tickets of a realistic mix, timed, judged on the provider's records.
+week: $(VENV)/.installed
+	$(PYTHON) -m devstack.week $(WEEK_ARGS)
 
 # Tickets x provider conditions x model backends, graded on the world; exit 1 when a run outside
 # the naive baseline pays twice, loses its task or tells the customer something false.

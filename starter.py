@@ -70,7 +70,7 @@ from core.models import (
     TaskResult,
 )
 from core.kinds import TaskKind
-from core.names import WORKFLOW_NAME
+from core.names import WORKFLOW_NAME, starting_attributes
 from infra import connection
 from infra.codec import PayloadKeyError
 from infra.exit import run_main
@@ -192,6 +192,7 @@ async def start_task(client: Client, settings: Settings, task: TaskInput) -> Wor
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
             task_timeout=_TASK_TIMEOUT, static_summary=summary, static_details=details,
+            search_attributes=starting_attributes(task.scenario),
         )
     except WorkflowAlreadyStartedError:
         return client.get_workflow_handle(task.task_id, result_type=TaskResult)
@@ -477,7 +478,8 @@ async def redrive(client: Client, settings: Settings, task_id: str, force: bool 
     new = await client.start_workflow(
         WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE, task_timeout=_TASK_TIMEOUT,
-        static_summary=f"{summary} · redrive", static_details=details)
+        static_summary=f"{summary} · redrive", static_details=details,
+        search_attributes=starting_attributes(task.scenario))
     mark_redriven(Database(settings.database), task.task_id)
     return new, task, state
 

@@ -25,6 +25,7 @@ from activities.operations import OperationsActivities
 from activities.tools import tool_activities
 from core.tools import REGISTRY
 from infra import connection
+from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra import telemetry
 from infra.settings import Settings, load_settings
@@ -115,6 +116,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         disabled_tools=settings.disabled_tool_set | not_opted_in)
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
+    ensure_bytecode(workflow_class, ReconcileWorkflow)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

@@ -27,11 +27,13 @@ class _Inbound(ActivityInboundInterceptor):
         """Heartbeat while the activity runs, so a dead worker is noticed in seconds, not minutes."""
         info = activity.info()
         crash_point(f"{info.activity_type}:start")
-        beat = asyncio.create_task(_heartbeat())
+        # A local activity (the task's policy) cannot heartbeat: it lives inside a workflow task.
+        beat = None if info.is_local else asyncio.create_task(_heartbeat())
         try:
             result = await self.next.execute_activity(input)
         finally:
-            beat.cancel()
+            if beat is not None:
+                beat.cancel()
         crash_point(f"{info.activity_type}:end")
         if isinstance(result, ToolResult):
             _record(info, result)

@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from activities.backends import ModelConfigError
 from activities.backends._errors import redact_url
 from activities.scripted import ScriptedModel
-from core.models import ModelReply, ModelTurnInput, ToolSchema
+from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolSchema
 from core.names import MODEL_TURN_ACTIVITY
 from core.tools import REGISTRY
 
@@ -75,6 +75,14 @@ def make_backend(name: str, model_name: str | None = None, *, timeout_seconds: f
     return AnthropicMessagesBackend(model_name, timeout_seconds=timeout_seconds, max_tokens=max_tokens)
 
 
+SYSTEM_PROMPT = (
+    "You are an operations agent. Use the tools. Every write tool answers performed, "
+    "already_performed, not_performed (nothing changed; you may retry) or unknown "
+    "(do not retry; a human decides). Never promise what a tool did not report as performed."
+)
+_SYSTEM = ChatMessage(role="system", content=SYSTEM_PROMPT)
+
+
 class ModelActivities:
     def __init__(self, backend: ModelBackend) -> None:
         self._backend = backend
@@ -83,6 +91,8 @@ class ModelActivities:
     async def model_turn(self, turn: ModelTurnInput) -> ModelReply:
         """One model turn; the worker's interceptor heartbeats while the provider thinks."""
         schemas = [_schema(name) for name in turn.tools if name in REGISTRY]
+        if not turn.messages or turn.messages[0].role != "system":  # tasks before this worker sent it themselves
+            turn = turn.model_copy(update={"messages": [_SYSTEM, *turn.messages]})
         try:
             return await self._backend.reply(turn, schemas)
         except ApplicationError:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core.models import Approval, Step
 from core.tools import REGISTRY, ToolSpec
 
 MAX_ARGUMENT_CHARS = 20_000
@@ -21,6 +22,26 @@ class Rejection:
 
     reason: str
     message: str
+
+
+@dataclass
+class GateCall:
+    """One validated tool call on its way through the workflow's gate. Declared here, outside the
+    workflow module, so the sandbox does not build the class again for every workflow run."""
+
+    spec: ToolSpec
+    arguments: dict
+    key: str | None  # the intent key; None for reads
+    decision_key: str  # what a human decision names: the intent key, or a read's call signature
+    step: Step
+    approval: Approval | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A human's mark_performed / mark_not_performed that the provider's records contradict."""
+
+    why: str
 
 
 def validate_call(name: str, arguments: str | None,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class TaskKind(StrEnum):
@@ -42,6 +43,30 @@ TaskState = Literal[
 ]
 
 
+_EMPTY: tuple[Any, ...] = (None, "", [], {})
+
+
+@functools.cache
+def _empty_by_default(cls: type[BaseModel]) -> frozenset[str]:
+    """The fields whose default is empty (None, "", [] or {})."""
+    return frozenset(name for name, info in cls.model_fields.items()
+                     if not info.is_required() and info.get_default(call_default_factory=True) in _EMPTY)
+
+
+class Compact(BaseModel):
+    """A model whose JSON leaves out fields that are empty and empty by default: they read back as
+    the same defaults. For what the event history repeats (every model turn carries the transcript
+    window; every result the checkpoint)."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        empty = _empty_by_default(type(self))
+        return {k: v for k, v in data.items() if k not in empty or v not in _EMPTY}
+
+
 class ToolCall(BaseModel):
     """A tool call as a model emits it: arguments are the raw JSON text."""
 
@@ -50,7 +75,7 @@ class ToolCall(BaseModel):
     arguments: str = "{}"
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(Compact):
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
@@ -66,7 +91,7 @@ class ToolSchema(BaseModel):
     parameters: dict[str, Any]
 
 
-class TaskInput(BaseModel):
+class TaskInput(Compact):
     """Starts one agent task. `facts` come from our systems, never from the model.
 
     Authority (approvers, ceilings, the escalation deadline, the tools) comes from the worker's
@@ -225,7 +250,7 @@ class SettleVerdict(BaseModel):
     why: str | None = None
 
 
-class ModelTurnInput(BaseModel):
+class ModelTurnInput(Compact):
     """A bounded window of the transcript and the names of the tools offered.
 
     The activity expands tool names to schemas from the registry, so history does not carry
@@ -245,7 +270,7 @@ class ModelReply(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
-class ToolInput(BaseModel):
+class ToolInput(Compact):
     """What a tool activity receives: validated arguments, the intent key, any approval."""
 
     task_id: str
@@ -274,7 +299,7 @@ class ToolResult(BaseModel):
         return self.outcome in SETTLED
 
 
-class Step(BaseModel):
+class Step(Compact):
     """One tool call in the checkpoint, keyed by step name."""
 
     tool: str
@@ -290,7 +315,7 @@ class Step(BaseModel):
     trail: list[str] = Field(default_factory=list, description="for people: one line per answer")
 
 
-class Checkpoint(BaseModel):
+class Checkpoint(Compact):
     task_id: str
     scenario: str
     state: TaskState = "running"

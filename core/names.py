@@ -1,6 +1,6 @@
 """Names the worker, the starter and the workflow must agree on."""
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 DEFAULT_TASK_QUEUE = "agent-tasks"
 WORKFLOW_NAME = "AgentTask"
@@ -15,3 +15,9 @@ SEARCH_ATTRIBUTES = {
     "AgentScenario": "Keyword",
     "AgentEscalation": "Keyword",
 }
+
+
+def starting_attributes(scenario: str) -> TypedSearchAttributes:
+    """What a task's search attributes are from its start, before its first workflow task."""
+    return TypedSearchAttributes([SearchAttributePair(STATUS_ATTR, "running"),
+                                  SearchAttributePair(SCENARIO_ATTR, scenario)])

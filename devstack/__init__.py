@@ -1,29 +1,5 @@
-"""Process management for the local stack (Temporal dev server, localstripe, workers).
+"""The local stack and the tools around it (demo, chaos, load, bench, eval), a dev extra.
 
-Used by the Makefile (`python -m devstack up|down|status`), by the demo and by
-pytest fixtures. Imports only the standard library.
+Imports nothing: the bare baseline's workflow (devstack/bench_bare.py) is loaded into the
+workflow sandbox, which re-imports this package for every workflow run.
 """
-
-from devstack.processes import (
-    ConfigError,
-    LocalStripe,
-    ManagedProcess,
-    StackError,
-    StartupError,
-    TemporalDevServer,
-    WorkerProcess,
-    free_port,
-)
-from devstack.stack import Stack
-
-__all__ = [
-    "ConfigError",
-    "LocalStripe",
-    "ManagedProcess",
-    "Stack",
-    "StackError",
-    "StartupError",
-    "TemporalDevServer",
-    "WorkerProcess",
-    "free_port",
-]

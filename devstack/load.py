@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
@@ -44,8 +43,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.db import Database
 from activities.payments import StripeGateway
+from devstack.profile import Profile, sampled
 from devstack.seed import seed_scenarios
 from devstack.bench_bare import BARE_ACTIVITY, BareTaskWorkflow
+from infra.bytecode import ensure_bytecode
 from infra.settings import Settings
 from core.models import TaskResult
 from devstack.scenarios import batch_ticket
@@ -120,6 +121,7 @@ class Load:
         return build_worker(self.client, self.settings, HARNESS_QUEUE, **self.options)
 
     def bare_worker(self) -> Worker:
+        ensure_bytecode(BareTaskWorkflow)  # as build_worker does for ours
         return Worker(self.client, task_queue=BARE_QUEUE, workflows=[BareTaskWorkflow], activities=[bare_step],
                       **{**BASE_OPTIONS, **self.options})
 
@@ -146,11 +148,11 @@ class Load:
                 await (await self.start_bare(last))()
             if i >= WARMUP:
                 seconds.append(time.perf_counter() - started)
+            if side == "harness" and not self.activities_per_task:
+                # The bare side runs as many steps as a team would write: one per model turn and tool call.
+                self.activities_per_task = result.checkpoint.turns + sum(result.checkpoint.calls.values())
         history = await self.client.get_workflow_handle(last).fetch_history()
         self.history[side] = (len(history.events), sum(e.ByteSize() for e in history.events))
-        if side == "harness" and not self.activities_per_task:
-            self.activities_per_task = sum(1 for e in history.events
-                                           if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
         return seconds
 
     async def throughput(self, side: str, count: int, round_no: int) -> dict[str, float]:
@@ -191,7 +193,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         settings = Settings(temporal_address=stack.address, task_queue=HARNESS_QUEUE,
                             stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
                             agent_db_path=Path(tmp) / "agent.db")
-        orders = (WARMUP + args.latency) + args.rounds * args.tickets
+        orders = (WARMUP + args.latency) + (args.rounds + args.profile) * args.tickets
         started = time.perf_counter()
         await asyncio.to_thread(seed_scenarios, Database(settings.agent_db_path),
                                 StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders)
@@ -204,7 +206,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             latency["harness"] = await load.latency("harness", args.latency)
         async with load.bare_worker():
             latency["bare"] = await load.latency("bare", args.latency)
-        print(f"latency measured; {load.activities_per_task} activities per task", flush=True)
+        print(f"latency measured; {load.activities_per_task} steps per task", flush=True)
 
         rounds: dict[str, list[dict[str, float]]] = {"harness": [], "bare": []}
         for r in range(args.rounds):
@@ -213,6 +215,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 async with (load.harness_worker() if side == "harness" else load.bare_worker()):
                     rounds[side].append(await load.throughput(side, args.tickets, r))
                 print(f"round {r + 1} {side}: {rounds[side][-1]['tasks_per_s']:.1f} tasks/s", flush=True)
+        profile = Profile()
+        if args.profile:
+            async with load.harness_worker():
+                with sampled(profile, args.profile_out):
+                    await load.throughput("harness", args.tickets, args.rounds)
+            print("profiled round done", flush=True)
     shown = {k: v for k, v in options.items() if k != "workflow_runner"}
     if args.sandbox != "default":
         shown["sandbox"] = args.sandbox
@@ -220,7 +228,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         shown["gc"] = f"freeze, gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "threads": args.threads,
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency, "rounds": rounds,
-            "tickets": args.tickets}
+            "tickets": args.tickets,
+            "profile": profile.table() if args.profile else None}
 
 
 def report(result: dict[str, Any]) -> str:
@@ -252,6 +261,9 @@ def report(result: dict[str, Any]) -> str:
         h, b = mean("harness", key), mean("bare", key)
         lines.append(f"| CPU s per task: {key[4:]} | {h / result['tickets'] * 1000:.1f} ms | "
                      f"{b / result['tickets'] * 1000:.1f} ms | |")
+    if result.get("profile"):
+        lines += ["", "Profile of one more harness round (worker and client in this process):", "",
+                  result["profile"]]
     return "\n".join(lines)
 
 
@@ -270,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
                              "passthrough: our workflow modules imported once; off: no sandbox (an upper bound)")
     parser.add_argument("--gc-threshold", type=int, default=0,
                         help="gc.freeze() after start-up and this gen0 threshold (Python's default: 700)")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the measured rounds, one more harness round sampled by py-spy: where the "
+                             "worker's Python CPU goes, by library and by function")
+    parser.add_argument("--profile-out", type=Path, metavar="FILE",
+                        help="with --profile: keep py-spy's raw stacks here (collapsed format, for a flame graph)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = asyncio.run(run(args))

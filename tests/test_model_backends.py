@@ -42,7 +42,7 @@ from tests.helpers import running_worker, scenario_task, start
 from tests.stubs import AnthropicStub, OpenAIStub, Reply, Request, StubServer
 from tests.stubs import anthropic_messages as anthropic_stub
 from tests.stubs import openai_chat as openai_stub
-from workflows.agent_task import SYSTEM_PROMPT
+from activities.model import SYSTEM_PROMPT
 
 REFUND = {"order_id": "SU-88421", "item_id": "oak-shelf-4", "amount_cents": 11800, "currency": "usd",
           "reason": "arrived damaged"}

@@ -1,6 +1,17 @@
-"""Workflow code only: deterministic, no I/O."""
+"""Workflow code only: deterministic, no I/O.
 
-from workflows.agent_task import AgentTaskWorkflow
-from workflows.reconcile import RECONCILE_WORKFLOW, ReconcileWorkflow
+The names below resolve on first use: the workflow sandbox imports this package afresh for every
+workflow run, and an agent task should not pay for importing the reconciliation workflow too.
+"""
 
-__all__ = ["AgentTaskWorkflow", "RECONCILE_WORKFLOW", "ReconcileWorkflow"]
+from importlib import import_module
+
+_MODULE_OF = {"AgentTaskWorkflow": "workflows.agent_task", "ReconcileWorkflow": "workflows.reconcile",
+              "RECONCILE_WORKFLOW": "workflows.reconcile"}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'workflows' has no attribute {name!r}")
+    return getattr(import_module(_MODULE_OF[name]), name)

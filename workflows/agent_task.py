@@ -11,7 +11,6 @@ alerted dead letter. Whatever a sender sends is answered or recorded, never rais
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Awaitable, Callable, Sequence, cast
 
@@ -26,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from core import names, policies
     from core.authority import DECISIONS_KEPT, narrow, out_of_scope, read_decision, screen
-    from core.gate import Rejection, validate_call
+    from core.gate import GateCall, Refused, Rejection, validate_call
     from core.keys import call_signature, derive_intent_key
     from core.models import (
         SETTLED,
@@ -62,12 +61,6 @@ with workflow.unsafe.imports_passed_through():
     from core.tools import ToolSpec
     from workflows._render import JOURNAL_NOTE, activity_summary, current_details, trail_line
 
-SYSTEM_PROMPT = (
-    "You are an operations agent. Use the tools. Every write tool answers performed, "
-    "already_performed, not_performed (nothing changed; you may retry) or unknown "
-    "(do not retry; a human decides). Never promise what a tool did not report as performed."
-)
-
 ALLOWED: dict[EscalationReason, list[Decision]] = {
     "approval_required": ["approve", "reject", "abort"],
     "unknown_outcome": ["mark_performed", "mark_not_performed", "approve", "abort"],
@@ -89,18 +82,6 @@ class _Stop(Exception):
         self.reason = reason
 
 
-@dataclass
-class _Call:
-    """One validated tool call on its way through the gate."""
-
-    spec: ToolSpec
-    arguments: dict
-    key: str | None  # the intent key; None for reads
-    decision_key: str  # what a human decision names: the intent key, or a read's call signature
-    step: Step
-    approval: Approval | None = None
-
-
 @workflow.defn(name=names.WORKFLOW_NAME)
 class AgentTaskWorkflow:
     @workflow.init
@@ -109,13 +90,14 @@ class AgentTaskWorkflow:
         self._decision: ResolveInput | None = None
         self._verifying = 0
         self._unusable = 0
+        self._lean = workflow.patched(_LEAN)
         carry = task.carry
         if carry is None:
             self._checkpoint = Checkpoint(task_id=task.task_id, scenario=task.scenario)
             self._journal: dict[str, ToolResult] = {}
             self._step_by_key: dict[str, str] = {}
-            self._transcript = [ChatMessage(role="system", content=SYSTEM_PROMPT),
-                                ChatMessage(role="user", content=task.brief)]
+            # The system prompt is the worker's: the model activity puts it first (activities/model.py).
+            self._transcript = [ChatMessage(role="user", content=task.brief)]
             self._turn = 0
         else:
             self._checkpoint = carry.checkpoint
@@ -155,11 +137,16 @@ class AgentTaskWorkflow:
 
     async def _load_policy(self, task: TaskInput) -> Policy:
         """The worker's authority over this task, narrowed by its input; recorded in the history."""
+        request = PolicyInput(task_id=task.task_id, kind=task.kind, facts=task.facts)
         try:
-            policy = await workflow.execute_activity_method(
-                AuthorityActivities.task_policy, PolicyInput(task_id=task.task_id, kind=task.kind, facts=task.facts),
-                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.READ_POLICY,
-                summary=f"policy for a {task.kind} task")
+            if self._lean:  # a read of the worker's own configuration and records: no task of its own
+                policy = await workflow.execute_local_activity_method(
+                    AuthorityActivities.task_policy, request, start_to_close_timeout=policies.OPS_START_TO_CLOSE,
+                    retry_policy=policies.READ_POLICY, summary=f"policy for a {task.kind} task")
+            else:
+                policy = await workflow.execute_activity_method(
+                    AuthorityActivities.task_policy, request, start_to_close_timeout=policies.OPS_START_TO_CLOSE,
+                    retry_policy=policies.READ_POLICY, summary=f"policy for a {task.kind} task")
         except ActivityError as err:
             raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None
         return narrow(policy, task)
@@ -211,8 +198,11 @@ class AgentTaskWorkflow:
 
     @staticmethod
     def _compact(transcript: list[ChatMessage], window: int) -> list[ChatMessage]:
-        """Keep the two pinned messages and the last `window`, never starting on an orphan tool result."""
-        pinned, rest = transcript[:2], transcript[2:]
+        """Keep the pinned messages (the task's brief, and the system prompt of tasks started before the
+        worker supplied it) and the last `window`, never starting on an orphan tool result."""
+        head = next((i for i, m in enumerate(transcript[:2]) if m.role not in ("system", "user")),
+                    min(2, len(transcript)))
+        pinned, rest = transcript[:head], transcript[head:]
         if len(rest) <= window:
             return transcript
         rest = rest[-window:]
@@ -254,7 +244,7 @@ class AgentTaskWorkflow:
         if spec.needs_key:
             key = derive_intent_key(spec.name, spec.key_fields, arguments, {"task_id": task.task_id},
                                     occurrence=self._occurrence(spec, arguments))
-        target = _Call(spec, arguments, key, key or f"call:{call_signature(spec.name, arguments)}",
+        target = GateCall(spec, arguments, key, key or f"call:{call_signature(spec.name, arguments)}",
                        self._step(spec.name, key, arguments))
 
         if key is not None and key in self._journal:
@@ -267,7 +257,7 @@ class AgentTaskWorkflow:
             self._journal[key] = result
         return result
 
-    async def _run_and_decide(self, task: TaskInput, call: _Call) -> ToolResult:
+    async def _run_and_decide(self, task: TaskInput, call: GateCall) -> ToolResult:
         """Run the call; while its answer (or the call itself) needs a human, wait for a decision and
         do what it says (`_ACTIONS`). A decision names this call's key, so it applies to it alone."""
         reason, detail = self._needs_human_first(task, call)
@@ -281,14 +271,14 @@ class AgentTaskWorkflow:
                 self._record(call.step, result)
             decision = await self._await_decision(call.spec.name, call.arguments, call.decision_key, reason, detail)
             result = await _ACTIONS[decision.decision](self, task, call, decision, reason)
-            if isinstance(result, _Refused):  # the provider's records contradict the human: ask again
+            if isinstance(result, Refused):  # the provider's records contradict the human: ask again
                 detail = f"{decision.decision} by {decision.decided_by} refused: {result.why}"
                 continue
             if result is not None:
                 return result
             reason = None
 
-    def _needs_human_first(self, task: TaskInput, call: _Call) -> tuple[EscalationReason | None, str]:
+    def _needs_human_first(self, task: TaskInput, call: GateCall) -> tuple[EscalationReason | None, str]:
         """Why a human must decide before the call runs at all, if they must."""
         if call.spec.name == "escalate_to_human":
             return "model_request", call.arguments["reason"]
@@ -309,7 +299,7 @@ class AgentTaskWorkflow:
             return self._policy.refund_ceiling_cents
         return None
 
-    async def _approve(self, task: TaskInput, call: _Call, decision: ResolveInput,
+    async def _approve(self, task: TaskInput, call: GateCall, decision: ResolveInput,
                        reason: EscalationReason) -> ToolResult | None:
         """A model's request for a human is answered; anything else runs again, with the approval
         if one was asked for."""
@@ -319,12 +309,12 @@ class AgentTaskWorkflow:
             call.approval = Approval(intent_key=call.decision_key, decided_by=decision.decided_by)
         return None
 
-    async def _reject_call(self, task: TaskInput, call: _Call, decision: ResolveInput,
+    async def _reject_call(self, task: TaskInput, call: GateCall, decision: ResolveInput,
                            reason: EscalationReason) -> ToolResult:
         return _human_result(call, Outcome.NOT_PERFORMED, decision, reason="rejected_by_human")
 
-    async def _settle(self, task: TaskInput, call: _Call, decision: ResolveInput,
-                      reason: EscalationReason) -> ToolResult | _Refused:
+    async def _settle(self, task: TaskInput, call: GateCall, decision: ResolveInput,
+                      reason: EscalationReason) -> ToolResult | Refused:
         """A human says what happened: the ledger records it, the model is told."""
         if call.key is None:
             return ToolResult(tool=call.spec.name, reason="marked_by_human", message=decision.note)
@@ -339,7 +329,7 @@ class AgentTaskWorkflow:
         )
         if workflow.patched(_SETTLE_CHECKED) and verdict is not None and not verdict.applied:
             self._log_decision("provider_check", "refused", verdict.why, decision=decision)
-            return _Refused(verdict.why or "")
+            return Refused(verdict.why or "")
         data = {"source": "human", "decided_by": decision.decided_by, "provider_ref": decision.provider_ref,
                 **({"amount_cents": call.arguments["amount_cents"]} if "amount_cents" in call.arguments else {})}
         if performed:
@@ -348,7 +338,7 @@ class AgentTaskWorkflow:
         return ToolResult(tool=call.spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=call.key, data=data,
                           reason="confirmed_not_performed", message=decision.note, retryable=True)
 
-    async def _run_tool(self, task: TaskInput, call: _Call) -> ToolResult:
+    async def _run_tool(self, task: TaskInput, call: GateCall) -> ToolResult:
         policy = policies.POLICY_BY_CLASS[call.spec.tool_class]
         call.step.status = "running"
         self._touch()
@@ -564,11 +554,16 @@ class AgentTaskWorkflow:
 
     def _set_state(self, state: TaskState, escalation: str | None = None) -> None:
         self._checkpoint.state = state
-        workflow.upsert_search_attributes([
+        updates = [
             names.STATUS_ATTR.value_set(state),
             names.SCENARIO_ATTR.value_set(self._checkpoint.scenario),
             names.ESCALATION_ATTR.value_set(escalation) if escalation else names.ESCALATION_ATTR.value_unset(),
-        ])
+        ]
+        if self._lean:  # only what changed (the starter sets status and scenario with the start)
+            current = workflow.info().typed_search_attributes
+            updates = [u for u in updates if current.get(u.key) != u.value]
+        if updates:
+            workflow.upsert_search_attributes(updates)
         self._touch()
 
     def _touch(self) -> None:
@@ -576,18 +571,14 @@ class AgentTaskWorkflow:
         workflow.set_current_details(current_details(self._checkpoint))
 
 
-@dataclass(frozen=True)
-class _Refused:
-    """A human's mark_performed / mark_not_performed that the provider's records contradict."""
-
-    why: str
-
-
+# Since this change the task's policy is a local activity and search attributes are upserted only
+# when they change; older histories hold an activity for the policy and an upsert per state change.
+_LEAN = "policy-local-upsert-changes"
 # Since this change the workflow reads record_human_decision's verdict; older histories did not.
 _SETTLE_CHECKED = "settle-checked-against-provider"
 
-_Action = Callable[[AgentTaskWorkflow, TaskInput, _Call, ResolveInput, EscalationReason],
-                   Awaitable["ToolResult | _Refused | None"]]
+_Action = Callable[[AgentTaskWorkflow, TaskInput, GateCall, ResolveInput, EscalationReason],
+                   Awaitable["ToolResult | Refused | None"]]
 
 # What each decision does to the call that waits for it (abort ends the task in _await_decision).
 # An action answers the call, or returns None: run the call again.
@@ -599,7 +590,7 @@ _ACTIONS: dict[str, _Action] = {
 }
 
 
-def _human_result(call: _Call, outcome: Outcome, decision: ResolveInput, reason: str | None = None) -> ToolResult:
+def _human_result(call: GateCall, outcome: Outcome, decision: ResolveInput, reason: str | None = None) -> ToolResult:
     return ToolResult(tool=call.spec.name, outcome=outcome, intent_key=call.key, reason=reason,
                       message=f"{decision.decided_by}: {decision.note}",
                       data={"source": "human", "decided_by": decision.decided_by})

@@ -1,0 +1,256 @@
+"""A Sundry week: 4,200 generated refund tickets of a realistic mix, started at once, timed.
+
+    python -m devstack.week [--tickets 4200] [--seed 1] [--fault-rate 0.03] [--json]
+
+On a fresh local stack (Temporal dev server, localstripe behind the Stripe edge in dedupe mode) with
+one worker from `worker.build_worker` in this process:
+
+- plain: a one-item order, refunded in full (about 76%);
+- multi-item: a three-item order, one ticket refunding two of its items (10%);
+- second ticket: a recent plain ticket's item asked for again under another task (8%): answered
+  with the earlier refund, or handed to a person while that refund is still in flight;
+- over the ceiling: a one-item order above the approval ceiling, which waits for a human (6%);
+- provider faults on every kind: `--fault-rate` of refund POSTs each time out after the provider
+  accepted, fail before it commits, or fail after it committed.
+
+The clock runs from the first start until every task has completed, dead-lettered or is waiting
+for a human. Then the world is read: the provider's refunds per order against its prices, refunds
+per intent key, and the ledger's rows. Exit 1 when anything was paid twice or a task was lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.db import Database
+from activities.payments import StripeGateway
+from activities.records import Records
+from activities.world import World
+from core.domain import Item, Order
+from core.kinds import TaskKind
+from core.models import TaskInput
+from devstack.edge_control import EdgeControl
+from devstack.seed import seed_order
+from devstack.stack import STRIPE_API_KEY, Stack
+from infra.exit import run_main
+from infra.settings import Settings
+from starter import start_task
+from worker import build_worker
+
+QUEUE = "week"
+# The provider terms of this run: a fault's retry waits out the request's settle horizon
+# (send-by + timeout + window), so they are kept short, as chaos does.
+CLIENT_TIMEOUT, WINDOW = 2.0, 1.0
+FAULTS = ("timeout_after_accept", "error_before_commit", "error_after_commit")
+
+
+@dataclass(frozen=True)
+class Ticket:
+    task: TaskInput
+    kind: str
+    order_id: str
+
+
+@dataclass
+class Plan:
+    orders: list[Order] = field(default_factory=list)
+    tickets: list[Ticket] = field(default_factory=list)
+
+
+def _order(n: int, prices: list[int]) -> Order:
+    return Order(order_id=f"W-{n:05d}", customer_name=f"Customer {n}", customer_email=f"week{n}@example.com",
+                 seller="Sundry", seller_email="seller@sundry.example",
+                 items=[Item(item_id=f"item-{i}", description=f"Item {i}", amount_cents=cents)
+                        for i, cents in enumerate(prices, start=1)])
+
+
+def _ticket(order: Order, kind: str, number: int, items: list[str]) -> Ticket:
+    facts = {"order_id": order.order_id, **({"item_id": items[0]} if len(items) == 1 else {})}
+    options: dict[str, Any] = {"item_id": items[0], **({"extra_refund_items": items[1:]} if items[1:] else {})}
+    return Ticket(TaskInput(
+        task_id=f"week-{number:05d}-{order.order_id}", scenario=f"week-{kind}", kind=TaskKind.REFUND_TICKET,
+        brief=(f"Support ticket for order {order.order_id}: {', '.join(items)} arrived damaged; refund "
+               f"{'them' if len(items) > 1 else 'it'} and tell the customer.\n\norder_id: {order.order_id}"),
+        facts=facts, model_options=options), kind, order.order_id)
+
+
+def plan(count: int, rng: random.Random, ceiling_cents: int) -> Plan:
+    week = Plan()
+    plain: list[Order] = []
+    while len(week.tickets) < count:
+        draw, number = rng.random(), len(week.tickets) + 1
+        if draw < 0.08 and plain:
+            order = rng.choice(plain[-30:])  # recent: often still running, so the two race
+            week.tickets.append(_ticket(order, "second", number, ["item-1"]))
+            continue
+        n = len(week.orders) + 1
+        if draw < 0.18:
+            order = _order(n, [rng.randrange(500, 4000) for _ in range(3)])
+            week.tickets.append(_ticket(order, "multi-item", number, ["item-1", "item-2"]))
+        elif draw < 0.24:
+            order = _order(n, [ceiling_cents + rng.randrange(100, 20000)])
+            week.tickets.append(_ticket(order, "over-ceiling", number, ["item-1"]))
+        else:
+            order = _order(n, [rng.randrange(500, 9000)])
+            plain.append(order)
+            week.tickets.append(_ticket(order, "plain", number, ["item-1"]))
+        week.orders.append(order)
+    return week
+
+
+def fault_rules(rate: float) -> list[dict[str, Any]]:
+    delays = {"timeout_after_accept": CLIENT_TIMEOUT + 1.0}
+    return [{"fault": fault, "method": "POST", "path": "/v1/refunds", "probability": rate,
+             "delay_seconds": delays.get(fault, 0.0)} for fault in FAULTS]
+
+
+async def _seed(settings: Settings, stack: Stack, orders: list[Order]) -> None:
+    records = Records(Database(settings.database))
+    gateway = StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)
+    sem = asyncio.Semaphore(8)
+
+    async def one(order: Order) -> None:
+        async with sem:
+            await asyncio.to_thread(seed_order, records, gateway, order)
+    await asyncio.gather(*(one(o) for o in orders))
+
+
+def judge(world: World, week: Plan, states: dict[str, str]) -> dict[str, Any]:
+    """What happened, read from the provider and the ledger."""
+    prices = {(o.order_id, i.item_id): i.amount_cents for o in week.orders for i in o.items}
+    paid = {o.order_id: o.paid_cents for o in week.orders}
+    per_item: Counter = Counter()
+    per_key: Counter = Counter()
+    per_order: Counter = Counter()
+    refunds = 0
+    for order in week.orders:
+        for refund in world.refunds(order.order_id):
+            refunds += 1
+            per_item[(order.order_id, refund["item_id"])] += refund["amount_cents"]
+            per_order[order.order_id] += refund["amount_cents"]
+            per_key[refund["intent_key"]] += 1
+    rows = [e for e in world.effects() if e["tool"] == "issue_refund"]
+    return {
+        "provider refunds": refunds,
+        "items paid twice (refunds above the price)": sum(v > prices[k] for k, v in per_item.items()),
+        "orders refunded beyond what was paid": sum(v > paid[k] for k, v in per_order.items()),
+        "provider refunds per intent key above one": sum(v - 1 for v in per_key.values() if v > 1),
+        "ledger rows by status": dict(Counter(r["status"] for r in rows)),
+        "lost (not completed, dead-lettered or waiting)": sum(
+            1 for t in week.tickets if states.get(t.task.task_id) not in ("completed", "dead_lettered",
+                                                                          "awaiting_human")),
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory(prefix="week-") as tmp, Stack.for_tests(Path(tmp)) as stack:
+        settings = Settings(temporal_address=stack.address, task_queue=QUEUE, stripe_api_base=stack.stripe_url,
+                            stripe_api_key=STRIPE_API_KEY, agent_db_path=Path(tmp) / "agent.db",
+                            stripe_timeout_seconds=CLIENT_TIMEOUT, stripe_processing_window_seconds=WINDOW)
+        week = plan(args.tickets, rng, settings.approval_ceiling_cents)
+        Database(settings.database).create()
+        started = time.perf_counter()
+        await _seed(settings, stack, week.orders)
+        print(f"seeded {len(week.orders)} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
+        edge = EdgeControl(stack.stripe_url)
+        edge.configure("dedupe", fault_rules(args.fault_rate))
+        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
+        sem = asyncio.Semaphore(50)
+
+        async def start(ticket: Ticket) -> WorkflowHandle:
+            async with sem:
+                return await start_task(client, settings, ticket.task)
+
+        async with build_worker(client, settings):
+            started = time.perf_counter()
+            handles = await asyncio.gather(*(start(t) for t in week.tickets))
+            results = await settle(client, handles, started, args.deadline)
+            elapsed = time.perf_counter() - started
+        faults = {k.removeprefix("fault:"): v for k, v in edge.stats().items()
+                  if k.startswith("fault:") and k.count(":") == 1}
+        edge.configure("dedupe", [])
+        world = judge(World(Database(settings.database), StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)),
+                      week, results)
+    kinds = Counter(t.kind for t in week.tickets)
+    return {"tickets": len(week.tickets), "orders": len(week.orders), "seconds": elapsed,
+            "tasks_per_s": len(week.tickets) / elapsed, "kinds": dict(kinds), "faults": faults,
+            "states": dict(Counter(results.get(t.task.task_id, "lost") for t in week.tickets)),
+            "states_by_kind": {k: dict(Counter(results.get(t.task.task_id, "lost") for t in week.tickets if t.kind == k))
+                               for k in kinds},
+            "world": world}
+
+
+async def settle(client: Client, handles: list[WorkflowHandle], started: float, deadline: float) -> dict[str, str]:
+    """Each task's end state: its result's once it completes or dead-letters, `awaiting_human` once
+    the visibility store lists it so (a task waiting for a person never returns a result). A task
+    with neither `deadline` seconds after the start is left out: lost."""
+    states: dict[str, str] = {}
+    ending = {asyncio.create_task(h.result()): h.id for h in handles}
+    pending = set(ending)
+    query = f'AgentStatus = "awaiting_human" AND TaskQueue = "{QUEUE}"'
+    last_report = time.perf_counter()
+    while pending and time.perf_counter() - started < deadline:
+        done, pending = await asyncio.wait(pending, timeout=2.0)
+        for finished in done:
+            states[ending[finished]] = finished.result().state
+        waiting = {w.id async for w in client.list_workflows(query)}
+        for task in [t for t in pending if ending[t] in waiting]:
+            states[ending[task]] = "awaiting_human"
+            task.cancel()
+            pending.discard(task)
+        if time.perf_counter() - last_report > 15:
+            last_report = time.perf_counter()
+            print(f"  {len(states)}/{len(handles)} settled after {last_report - started:.0f} s", flush=True)
+    for task in pending:
+        task.cancel()
+    return states
+
+
+def report(r: dict[str, Any]) -> str:
+    lines = [f"A Sundry week: {r['tickets']:,} tickets over {r['orders']:,} orders, one worker, "
+             f"refund POST faults {r['faults']}", "",
+             "| | |", "|---|---|",
+             f"| wall time, first start to last settled | {r['seconds']:.0f} s ({r['seconds'] / 60:.1f} min) |",
+             f"| throughput | {r['tasks_per_s']:.1f} tasks/s |",
+             f"| tickets by kind | {', '.join(f'{k} {v}' for k, v in r['kinds'].items())} |",
+             f"| end states | {', '.join(f'{k} {v}' for k, v in r['states'].items())} |"]
+    lines += [f"| end states, {kind} | {', '.join(f'{k} {v}' for k, v in states.items())} |"
+              for kind, states in r["states_by_kind"].items()]
+    lines += [f"| {k} | {v} |" for k, v in r["world"].items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack.week", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tickets", type=int, default=4200)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fault-rate", type=float, default=0.03,
+                        help="the share of refund POSTs that gets each of the three faults")
+    parser.add_argument("--deadline", type=float, default=1800,
+                        help="seconds after the first start at which a task not yet settled counts as lost")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args))
+    print()
+    print(json.dumps(result, indent=1) if args.json else report(result))
+    world = result["world"]
+    bad = (world["items paid twice (refunds above the price)"] or world["orders refunded beyond what was paid"]
+           or world["provider refunds per intent key above one"] or world["lost (not completed, dead-lettered or waiting)"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    run_main(main)
