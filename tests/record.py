@@ -208,7 +208,9 @@ async def record(only: set[str]) -> None:
             print(f"recorded {path.name}: {', '.join(files)}", flush=True)
     write_known_bad()
     notes += ["", "`known-bad/swapped-activity.json`: su-88421-happy with its first tool call's activity type "
-              "changed; the replayer must reject it."]
+              "changed; the replayer must reject it.", "",
+              "`earlier/<change>/`: histories recorded before a patched change (see each folder's README). Tasks "
+              "started then may still be running, so they keep replaying; a folder goes once its patch is removed."]
     if not only:
         (HISTORIES / "README.md").write_text("\n".join(notes) + "\n")
 
