@@ -541,7 +541,10 @@ class AgentTaskWorkflow:
         step.trail.append(trail_line(step.asks, result))
         step.outcome = result.outcome
         step.reason = result.reason
-        step.result = {**result.data, **({"message": result.message} if result.message else {})}
+        # A read's answer is in its activity's result and the transcript; the checkpoint (and so the
+        # task's result) keeps what the writes did.
+        data = result.data if step.intent_key is not None else {}
+        step.result = {**data, **({"message": result.message} if result.message else {})}
         if result.outcome is None:
             step.status = "done" if result.reason is None else "not_performed"
         elif result.outcome in SETTLED:
