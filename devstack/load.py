@@ -1,22 +1,24 @@
 """Load: the harness beside a bare Temporal workflow, on the same server, in one run.
 
-    python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--worker-option NAME=VALUE ...]
+    python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--profile] [--worker-option NAME=VALUE ...]
 
 On a fresh local stack (Temporal dev server with the project's pragmas, localstripe behind the
 Stripe edge in dedupe mode with no faults) it runs:
 
-- harness: generated refund tickets (`core.scenarios.batch_ticket`) through `worker.build_worker`,
+- harness: generated refund tickets (`devstack.scenarios.batch_ticket`) through `worker.build_worker`,
   i.e. the agent workflow with its gate, intent keys, ledger, checkpoint and search attributes,
   the scripted model and the real stripe SDK against localstripe;
-- bare: `bench_bare.BareTaskWorkflow`, which runs as many plain activities per task as a harness
-  ticket does (model turns + tool calls, counted from a harness history), each a no-op.
+- bare: `bench_bare.BareTaskWorkflow`, which runs one plain activity per step a harness ticket
+  takes (its model turns and tool calls, counted from a harness result), each a no-op: what the
+  same steps cost on the same server with nothing of ours around them.
 
 Throughput: N tasks started at once, from the first start to the last result (tasks/s and
 activities/s); `--rounds` alternates which side goes first and the figures are the mean.
 Latency: single tasks one after another (after a short warm-up), from start to result, p50/p99
 (nearest rank). Each side's worker runs in this process, alone while measured, with the same
 options; the CPU seconds of the Temporal server, localstripe and this process during each
-throughput phase show where the time goes.
+throughput phase show where the time goes. `--profile` runs one more harness round sampled by
+py-spy (devstack/profile.py) and prints where this process's Python CPU went.
 """
 
 from __future__ import annotations
