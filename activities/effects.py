@@ -287,10 +287,9 @@ class Effects:
         return _unknown(intent.call, attempt, "unverifiable", why)
 
     def _found(self, call: ToolInput, attempt: Attempt, found: ProviderEffect, how: str) -> ToolResult:
-        before = self._ledger.get(call.intent_key)
         effect = self._ledger.found(call.intent_key, found.ref, found.amount_cents,
                                     {"status": found.status, "verified_by": "lookup"})
-        mine = before is None or before.owner == attempt.call
+        mine = effect is None or effect.owner == attempt.call  # `found` never changes the owner
         outcome = Outcome.PERFORMED if mine and (effect is None or effect.provider_ref == found.ref) \
             else Outcome.ALREADY_PERFORMED
         return _performed(call, attempt, outcome, found.ref, found.amount_cents,

@@ -116,10 +116,6 @@ class StripeGateway:
         """Our payments to a payee. Real Stripe filters by customer; localstripe lists all."""
         return [p for p in self.payments() if p.customer == customer_id]
 
-    def find_payment(self, customer_id: str, key: str) -> Any | None:
-        """Our payment to a payee, matched by intent key in metadata."""
-        return next((p for p in self.payments_to(customer_id) if _key_of(p) == key), None)
-
 
 class UnsentOnlyRetries(stripe.RequestsClient):
     """The SDK's HTTP client, allowed to retry only what never reached the provider."""
