@@ -3,6 +3,15 @@
 Temporal owns retries. The Stripe SDK's own retries are off (see activities/payments.py),
 so each attempt here is one request carrying the same intent key. Money and irreversible
 activities may be retried only because they verify with the ledger and the provider first.
+
+A worker SIGKILLed mid-step (issue 15; `python -m devstack.resume` measures it) is noticed when
+its attempt's heartbeat timeout runs out, and the retry starts one first interval later. Both are
+timers of the server, which schedules nothing sooner than `history.timerProcessorMaxTimeShift`
+(1 s) after its timer queue last read: a retry interval under a second often comes out at about a
+second after a timeout, and a heartbeat timer moved on by a heartbeat fires up to a second late
+(activities/interceptors.py sends none in a step's first 0.3 s for that reason). So the heartbeat
+timeout and the first intervals are short, and each class keeps the time its attempts span (the
+sum of its intervals: its window for riding out a real outage) about where it was.
 """
 
 from datetime import timedelta
@@ -19,14 +28,23 @@ def _bounded(first: timedelta, longest: timedelta, attempts: int) -> RetryPolicy
                        maximum_attempts=attempts, non_retryable_error_types=NON_RETRYABLE)
 
 
-READ_POLICY = _bounded(timedelta(milliseconds=500), timedelta(seconds=10), 5)
+# Backoff 0.25, 0.5, 1, 2, 4 s: the five retries span 7.75 s (it was 0.5 s first and four retries, 7.5 s).
+READ_POLICY = _bounded(timedelta(milliseconds=250), timedelta(seconds=10), 6)
 IDEMPOTENT_WRITE_POLICY = READ_POLICY
 # Ten attempts, close together: a paused worker's open activity polls (five by default) can each
 # swallow a retry that then times out (seen: attempts 3-7 of one call), and an attempt may only wait
-# out another's settle horizon (activities/effects.py) before the provider is asked again.
-MONEY_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=4), 10)
+# out another's settle horizon (activities/effects.py) before the provider is asked again. The first
+# retry 0.25 s after a failure (it was 1 s): how many retries a paused worker swallows is bounded by
+# its open polls, not by time, so retrying sooner spends no more attempts on it than the five it can
+# take, and each swallowed one now costs a 1 s heartbeat timeout instead of 2 s. Waiting out a settle
+# horizon or a budget in flight sets its own delay (next_retry_delay), as before. Backoff 0.25, 0.5,
+# 1, 2, then 4 s: the nine retries span 23.75 s (they spanned 31 s), the window in which a provider
+# that cannot be read recovers before the last attempt answers `unknown` and a person decides.
+MONEY_POLICY = _bounded(timedelta(milliseconds=250), timedelta(seconds=4), 10)
 IRREVERSIBLE_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=10), 3)
-MODEL_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=30), 5)
+# Backoff 0.5, 1, 2, 4, 8 s: 15.5 s (it was 1 s first and four retries, 15 s). A provider's rate limit
+# or overload sets the delay itself (Retry-After, activities/backends/_errors.py).
+MODEL_POLICY = _bounded(timedelta(milliseconds=500), timedelta(seconds=30), 6)
 
 # Storing a dead letter or a human's decision must eventually happen: retry without a cap
 # (the pending activity stays visible in the Web UI) rather than fail the task.
@@ -43,7 +61,12 @@ POLICY_BY_CLASS = {
 }
 
 TOOL_START_TO_CLOSE = timedelta(seconds=60)
-TOOL_HEARTBEAT = timedelta(seconds=2)
+# The SDK sends heartbeats at most every 0.8 x this, and the worker beats five times per timeout
+# (activities/interceptors.py), so a live worker's heartbeats arrive every 0.8 s and a stall of its
+# event loop up to 0.8 s is survived (it was 1.5 s with 2 s and a beat every 0.5 s). A longer
+# stall times a live attempt out: its retry then waits for the live one's lease and settle horizon
+# (activities/effects.py), so it costs time and an attempt, never a second effect.
+TOOL_HEARTBEAT = timedelta(seconds=1)
 MODEL_START_TO_CLOSE = timedelta(seconds=120)
 
 # Alerts, dead letters, human decisions on the ledger, the task's policy, a signature check.
