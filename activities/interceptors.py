@@ -12,8 +12,19 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from activities.faults import crash_point
 from core.models import ToolResult
+from core.policies import TOOL_HEARTBEAT
 
-HEARTBEAT_EVERY_SECONDS = 0.5
+# Five beats per heartbeat timeout: the SDK forwards the latest one every 0.8 x the timeout, so one is
+# always waiting to go unless the event loop stalls for 0.8 x the timeout (see core/policies.py).
+HEARTBEAT_EVERY_SECONDS = TOOL_HEARTBEAT.total_seconds() / 5
+# The first beat after 0.3 x the timeout, not at once. The server arms an attempt's heartbeat timer
+# at its start plus the timeout; a heartbeat only makes it arm a later one when that fires, and a
+# timer armed less than a second ahead fires up to a second late (the server's timer queue takes
+# nothing sooner than `history.timerProcessorMaxTimeShift`, 1 s, ahead). A step that ends within
+# 0.3 x the timeout (most do) sends no heartbeat, and a worker killed in one is timed out exactly one
+# timeout after the attempt started; a stall of the event loop up to 0.7 x the timeout is survived.
+FIRST_BEAT_AFTER_SECONDS = TOOL_HEARTBEAT.total_seconds() * 0.3
+
 log = logging.getLogger("agent.tools")
 
 
@@ -51,6 +62,7 @@ def _record(info: activity.Info, result: ToolResult) -> None:
 
 
 async def _heartbeat() -> None:
+    await asyncio.sleep(FIRST_BEAT_AFTER_SECONDS)
     while True:
         activity.heartbeat()
         await asyncio.sleep(HEARTBEAT_EVERY_SECONDS)
