@@ -7,7 +7,7 @@ PYTHON := $(VENV)/bin/python
 CHROMIUM := /usr/bin/chromium
 COMPOSE := /usr/bin/docker-compose
 
-.PHONY: install demo test up down status bench record chaos load week eval
+.PHONY: install demo test up down status bench record chaos load week resume eval
 
 install: $(VENV)/.installed
 
@@ -57,6 +57,10 @@ load: $(VENV)/.installed
 # A Sundry week: 4,200 tickets of a realistic mix, timed, judged on the provider's records.
 week: $(VENV)/.installed
 	$(PYTHON) -m devstack.week $(WEEK_ARGS)
+
+# SIGKILL a worker mid-refund 50 times per mode: kill -> the refund running again, from the histories.
+resume: $(VENV)/.installed
+	$(PYTHON) -m devstack.resume $(RESUME_ARGS)
 
 # Tickets x provider conditions x model backends, graded on the world; exit 1 when a run outside
 # the naive baseline pays twice, loses its task or tells the customer something false.
