@@ -7,6 +7,11 @@ Here the app listens on 127.0.0.1 only and the per-write dump is a no-op: each
 start is an empty provider, or with --store the records saved at the last clean
 stop (the local stack keeps them beside Temporal's history and the ledger).
 
+localstripe also lists objects by scanning its whole store, and it lists a
+charge's refunds each time it shows a charge (every payment and every event):
+each order cost more than the last, 80 ms at 2,500 orders. Here the store keeps
+an index by object type, so a list reads only its own type, as Stripe's does.
+
     python -m devstack.localstripe_server --port 8420 [--edge-mode passthrough] [--store FILE]
 """
 
@@ -18,6 +23,7 @@ import logging
 import pickle
 import signal
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -31,6 +37,51 @@ def disable_disk_dump() -> None:
     resources.Store.dump_to_disk = lambda self: None  # type: ignore[method-assign]
 
 
+def index_store_by_type() -> None:
+    """Keep localstripe's store indexed by object type ("refund:re_1" is filed under "refund") and
+    list from the index. Same objects, same order (insertion), same errors as the scan it replaces."""
+    from localstripe import resources
+
+    Store = resources.Store
+    if getattr(Store, "_indexed", False):
+        return
+
+    def by_type(store: dict) -> dict[str, dict[str, Any]]:
+        index = store.__dict__.get("_by_type")
+        if index is None:  # first use, or after clear(): build it from what the store holds
+            index = store.__dict__["_by_type"] = {}
+            for key, value in dict.items(store):
+                kind, sep, _ = key.partition(":")
+                if sep:
+                    index.setdefault(kind, {})[key] = value
+        return index
+
+    def setitem(self: dict, key: str, value: Any) -> None:
+        dict.__setitem__(self, key, value)
+        kind, sep, _ = key.partition(":")
+        if sep:
+            by_type(self).setdefault(kind, {})[key] = value
+
+    def delitem(self: dict, key: str) -> None:
+        dict.__delitem__(self, key)
+        by_type(self).get(key.partition(":")[0], {}).pop(key, None)
+
+    def clear(self: dict) -> None:
+        dict.clear(self)
+        self.__dict__.pop("_by_type", None)
+
+    def list_all(cls: Any, url: str, limit: Any = None, starting_after: Any = None, **kwargs: Any) -> Any:
+        if kwargs:
+            raise resources.UserError(400, "Unexpected " + ", ".join(kwargs.keys()))
+        page = resources.List(url, limit=limit, starting_after=starting_after)
+        page._list = list(by_type(resources.store).get(cls.object, {}).values())
+        return page
+
+    Store.__setitem__, Store.__delitem__, Store.clear = setitem, delitem, clear  # type: ignore[method-assign]
+    resources.StripeObject._api_list_all = classmethod(list_all)  # type: ignore[method-assign,assignment]
+    Store._indexed = True  # type: ignore[attr-defined]
+
+
 def build_app() -> web.Application:
     """Return localstripe's aiohttp app with the disk dump off.
 
@@ -38,6 +89,7 @@ def build_app() -> web.Application:
     on every call: wrap it (sub-app, middleware, proxy) rather than running it twice.
     """
     disable_disk_dump()
+    index_store_by_type()
     from localstripe.server import app
 
     return app
@@ -49,7 +101,8 @@ def load_store(path: Path) -> None:
     if path.exists():
         with path.open("rb") as f:
             resources.store.clear()
-            dict.update(resources.store, pickle.load(f))
+            for key, value in pickle.load(f).items():
+                resources.store[key] = value
 
 
 def save_store(path: Path) -> None:

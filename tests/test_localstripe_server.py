@@ -1,0 +1,36 @@
+"""The local provider lists from its type index exactly what Stripe would, across a stop and start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activities.payments import StripeGateway
+from devstack.processes import LocalStripe, free_port
+
+
+def _world(gateway: StripeGateway, payments: list[str]) -> tuple[list[str], list[list[tuple[int, str]]]]:
+    customers = [c.id for c in gateway._client.v1.customers.list(params={"limit": 100}).auto_paging_iter()]
+    refunds = [sorted((r.amount, r.payment_intent) for r in gateway.refunds(p)) for p in payments]
+    return customers, refunds
+
+
+def test_lists_read_their_own_type_and_survive_a_restart(tmp_path: Path) -> None:
+    store = tmp_path / "stripe.pickle"
+    with LocalStripe(free_port(), tmp_path / "a.log", store) as provider:
+        gateway = StripeGateway(LocalStripe.api_key, provider.url, 10.0)
+        customers = [gateway.create_customer(f"C{n}", f"c{n}@example.com") for n in range(3)]
+        payments = [gateway.charge(c, 1000 * (n + 1), "usd", {"order_id": f"O{n}"}, key=f"seed:{n}").id
+                    for n, c in enumerate(customers)]
+        gateway.refund(payments[0], 300, "k1", {})
+        gateway.refund(payments[0], 200, "k2", {})
+        gateway.refund(payments[2], 3000, "k3", {})
+        before = _world(gateway, payments)
+    assert sorted(before[0]) == sorted(customers)
+    assert before[1] == [[(200, payments[0]), (300, payments[0])], [], [(3000, payments[2])]]
+
+    with LocalStripe(free_port(), tmp_path / "b.log", store) as provider:
+        gateway = StripeGateway(LocalStripe.api_key, provider.url, 10.0)
+        assert _world(gateway, payments) == before
+        gateway.refund(payments[1], 2000, "k4", {})
+        assert gateway.refunded_cents(payments[1]) == 2000
+        assert gateway.refunded_cents(payments[0]) == 500
