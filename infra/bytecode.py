@@ -10,32 +10,58 @@ from __future__ import annotations
 import importlib.util
 import logging
 import py_compile
-import sys
 from pathlib import Path
 
 log = logging.getLogger("agent.worker")
 
 
 def ensure_bytecode(*workflow_classes: type) -> None:
-    """Compile every module of each workflow class's top-level package whose bytecode is missing or
-    stale. A read-only installation is left as it is, with one warning: compile it when it is built
+    """Compile, where it is missing or stale, the bytecode of every module of each workflow class's
+    top-level package (or of its module, when that is not in a package). Where it cannot be written
+    (a read-only installation), one warning per package: compile it when it is built
     (`python -m compileall`; pip does so for a regular install)."""
-    packages = {sys.modules[cls.__module__].__name__.split(".")[0] for cls in workflow_classes}
-    for package in sorted(packages):
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        for folder in spec.submodule_search_locations:
-            for source in sorted(Path(folder).rglob("*.py")):
-                _compile(source)
+    for top in sorted({cls.__module__.split(".")[0] for cls in workflow_classes}):
+        failed = [source for source in _sources(top) if not _compiled(source)]
+        if failed:
+            log.warning("cannot write the bytecode of %d module(s) of %s (first: %s): every workflow run "
+                        "compiles them again; run `python -m compileall` where it is installed",
+                        len(failed), top, failed[0])
 
 
-def _compile(source: Path) -> None:
+def _sources(top: str) -> list[Path]:
+    spec = importlib.util.find_spec(top)
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return sorted(source for folder in spec.submodule_search_locations for source in Path(folder).rglob("*.py"))
+    return [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else []
+
+
+def _compiled(source: Path) -> bool:
+    """True when the source's bytecode is (now) what the import system would load."""
     cached = Path(importlib.util.cache_from_source(str(source)))
-    if cached.exists() and cached.stat().st_mtime >= source.stat().st_mtime:
-        return
+    if fresh(source, cached):
+        return True
     try:
-        py_compile.compile(str(source), cfile=str(cached), doraise=True)
-    except OSError as err:
-        log.warning("cannot write the bytecode of %s (%s): every workflow run compiles it again; "
-                    "run `python -m compileall` where it is installed", source, err)
+        py_compile.compile(str(source), cfile=str(cached), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    except (OSError, py_compile.PyCompileError) as err:
+        log.debug("bytecode of %s not written: %s", source, err)
+        return False
+    return True
+
+
+def fresh(source: Path, cached: Path) -> bool:
+    """The check the import system makes on a timestamp .pyc: magic, flags, source mtime and size."""
+    try:
+        with cached.open("rb") as f:
+            head = f.read(16)
+        stat = source.stat()
+    except OSError:
+        return False
+    if len(head) != 16 or head[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags, mtime, size = (int.from_bytes(head[at:at + 4], "little") for at in (4, 8, 12))
+    return flags == 0 and mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
+
+

@@ -1,0 +1,73 @@
+"""A worker leaves the workflow modules' bytecode on disk, so the sandbox's per-run imports load it
+instead of compiling the source (this machine, like many images, sets PYTHONDONTWRITEBYTECODE)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+import workflows.agent_task
+from infra.bytecode import ensure_bytecode, fresh
+from infra.settings import Settings
+from worker import build_worker
+
+
+def _cached(source: str | Path) -> Path:
+    return Path(importlib.util.cache_from_source(str(source)))
+
+
+def _import_without_bytecode(name: str, path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    monkeypatch.syspath_prepend(str(path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    module = importlib.import_module(name)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    return module
+
+
+async def test_build_worker_writes_the_agent_workflows_bytecode(client: Client, settings: Settings) -> None:
+    source = Path(workflows.agent_task.__file__)
+    _cached(source).unlink(missing_ok=True)
+    build_worker(client, settings)
+    assert fresh(source, _cached(source))
+
+
+def test_a_package_and_a_lone_module_are_both_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "shop_flows" / "deep").mkdir(parents=True)
+    (tmp_path / "shop_flows" / "__init__.py").write_text("")
+    (tmp_path / "shop_flows" / "flow.py").write_text("class Flow:\n    pass\n")
+    (tmp_path / "shop_flows" / "deep" / "helper.py").write_text("X = 1\n")
+    (tmp_path / "lone_flow.py").write_text("class Lone:\n    pass\n")
+    flow = _import_without_bytecode("shop_flows.flow", tmp_path, monkeypatch)
+    lone = _import_without_bytecode("lone_flow", tmp_path, monkeypatch)
+    sources = [tmp_path / "shop_flows" / "flow.py", tmp_path / "shop_flows" / "deep" / "helper.py",
+               tmp_path / "lone_flow.py"]
+    assert not any(_cached(s).exists() for s in sources)
+
+    ensure_bytecode(flow.Flow, lone.Lone)  # type: ignore[attr-defined]
+    assert all(fresh(s, _cached(s)) for s in sources)
+
+    sources[2].write_text("class Lone:\n    changed = True\n")  # stale now: a different size
+    assert not fresh(sources[2], _cached(sources[2]))
+    ensure_bytecode(lone.Lone)  # type: ignore[attr-defined]
+    assert fresh(sources[2], _cached(sources[2]))
+
+
+def test_unwritable_bytecode_is_one_warning_per_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    package = tmp_path / "stuck_flows"
+    package.mkdir()
+    for name in ("__init__", "one", "two"):
+        (package / f"{name}.py").write_text("class Flow:\n    pass\n")
+    (package / "__pycache__").write_text("a file where the bytecode folder would be")
+    one = _import_without_bytecode("stuck_flows.one", tmp_path, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="agent.worker"):
+        ensure_bytecode(one.Flow)  # type: ignore[attr-defined]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "3 module(s) of stuck_flows" in warnings[0].getMessage()
