@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -136,6 +137,20 @@ async def dead_letter_and_redrive(r: Recorder) -> list[WorkflowHandle]:
     return [r.client.get_workflow_handle(first.id, run_id=first.result_run_id), second]
 
 
+async def policy_unreadable(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings()
+    with sqlite3.connect(settings.agent_db_path) as conn:  # the worker's records, unreadable
+        conn.execute("ALTER TABLE orders RENAME TO orders_away")
+    async with build_worker(r.client, settings):
+        first = await start_task(r.client, settings, task("SU-88421", "policy-unreadable"))
+        await first.result()
+        with sqlite3.connect(settings.agent_db_path) as conn:
+            conn.execute("ALTER TABLE orders_away RENAME TO orders")
+        second, _, _ = await redrive(r.client, settings, first.id)
+        await second.result()
+    return [r.client.get_workflow_handle(first.id, run_id=first.result_run_id), second]
+
+
 async def crash_and_resume(r: Recorder) -> list[WorkflowHandle]:
     settings = r.settings()
     env = {"TEMPORAL_ADDRESS": settings.temporal_address, "TASK_QUEUE": settings.task_queue,
@@ -179,6 +194,9 @@ PATHS = [
           lambda r: approval(r, "reject")),
     Path_("su-88421-dead-letter", "unknown refund nobody decides on -> dead letter (run 1) and its redrive, "
           "where the refund comes back already_performed (run 2)", dead_letter_and_redrive),
+    Path_("su-88421-policy-unreadable", "the task's policy cannot be read (its records table is gone) -> the "
+          "local activity's retries are spent -> dead letter (run 1); the table back, its redrive pays (run 2)",
+          policy_unreadable),
     Path_("refund-8841-crash-resume", "worker SIGKILLed after the provider accepted the refund; a fresh "
           "worker verifies and finishes", crash_and_resume),
     Path_("long-run-continue-as-new", "60 turns with a 200-event budget: each run continues as new, carrying "

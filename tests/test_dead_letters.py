@@ -4,6 +4,7 @@ alerted dead letter, and a redrive finishes it without a second effect."""
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -83,3 +84,31 @@ async def test_approval_deadline_dead_letters_without_paying(skipping: WorkflowE
     assert "86400 s" in result.final_answer
     [letter] = dead_letters(Database(settings.agent_db_path), task.task_id)
     assert letter["reason"] == result.final_answer
+
+
+async def test_a_policy_that_cannot_be_read_dead_letters_the_task_and_redrive_finishes_it(
+    client: Client, settings: Settings, world: World,
+):
+    """The policy is a local activity: its retries hold the task's first workflow task. When they are
+    spent the task is a stored, alerted dead letter that did nothing, and a redrive pays once."""
+    task = scenario_task("SU-88421")
+    with sqlite3.connect(settings.agent_db_path) as conn:  # the worker's records, unreadable
+        conn.execute("ALTER TABLE orders RENAME TO orders_away")
+    async with running_worker(client, settings):
+        result = await (await start(client, settings, task)).result()
+        assert result.state == "dead_lettered"
+        assert result.final_answer.startswith("could not load the task's policy")
+        assert result.checkpoint.turns == 0
+        db = Database(settings.agent_db_path)
+        [letter] = dead_letters(db, task.task_id)
+        assert letter["reason"] == result.final_answer
+        assert [a["kind"] for a in alerts(db, task.task_id)] == ["dead_letter"]
+
+        with sqlite3.connect(settings.agent_db_path) as conn:
+            conn.execute("ALTER TABLE orders_away RENAME TO orders")
+        assert world.refunds("SU-88421") == []
+        again, _, was = await redrive(client, settings, task.task_id)
+        assert was == "dead_lettered"
+        redriven = await again.result()
+    assert redriven.state == "completed"
+    assert len(world.refunds("SU-88421")) == 1

@@ -16,7 +16,8 @@ from typing import Awaitable, Callable, Sequence, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from activities.authority import AuthorityActivities
@@ -148,6 +149,12 @@ class AgentTaskWorkflow:
                     AuthorityActivities.task_policy, request, start_to_close_timeout=policies.OPS_START_TO_CLOSE,
                     retry_policy=policies.READ_POLICY, summary=f"policy for a {task.kind} task")
         except ActivityError as err:
+            raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None
+        except (ApplicationError, ActivityTimeout) as err:
+            # A local activity's last failure arrives as its own error, not wrapped in an ActivityError;
+            # before this patch it failed the workflow instead of making it a dead letter.
+            if not workflow.patched(_POLICY_FAILURE):
+                raise
             raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None
         return narrow(policy, task)
 
@@ -579,6 +586,8 @@ class AgentTaskWorkflow:
 _LEAN = "policy-local-upsert-changes"
 # Since this change the workflow reads record_human_decision's verdict; older histories did not.
 _SETTLE_CHECKED = "settle-checked-against-provider"
+# Since this change a policy read that fails for good makes the task a dead letter; before, it failed.
+_POLICY_FAILURE = "policy-failure-dead-letters"
 
 _Action = Callable[[AgentTaskWorkflow, TaskInput, GateCall, ResolveInput, EscalationReason],
                    Awaitable["ToolResult | Refused | None"]]
@@ -609,7 +618,7 @@ def _escalation_reason(result: ToolResult) -> EscalationReason | None:
     return None
 
 
-def _cause(err: ActivityError) -> str:
+def _cause(err: FailureError) -> str:
     return getattr(err.cause, "message", None) or str(err.cause or err)
 
 
