@@ -54,7 +54,7 @@ chaos: $(VENV)/.installed
 load: $(VENV)/.installed
 	$(PYTHON) -m devstack.load $(LOAD_ARGS)
 
-# A Sundry week: 4,200 tickets of a realistic mix, timed, judged on the provider's records.
+# A Sundry week: 4,200 tickets of a realistic mix, timed beside bare Temporal's, judged on the provider's records.
 week: $(VENV)/.installed
 	$(PYTHON) -m devstack.week $(WEEK_ARGS)
 

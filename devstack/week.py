@@ -16,6 +16,11 @@ one worker from `worker.build_worker` in this process:
 The clock runs from the first start until every task has completed, dead-lettered or is waiting
 for a human. Then the world is read: the provider's refunds per order against its prices, refunds
 per intent key, and the ledger's rows. Exit 1 when anything was paid twice or a task was lost.
+
+Beside it, unless `--no-bare`: bare Temporal's week on the same server, as many tasks of seven no-op
+activities each (a plain ticket's model turns and tool calls, as `devstack.load`'s bare side), started
+the same way, timed from the first start to the last completion. Both clocks read settled tasks from
+a visibility count every 2 s, so each figure may be up to 2 s late.
 """
 
 from __future__ import annotations
@@ -23,16 +28,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
 
 from activities.db import Database
 from activities.payments import StripeGateway
@@ -42,15 +50,19 @@ from core.domain import Item, Order
 from core.kinds import TaskKind
 from core.models import TaskInput
 from core.names import STATUS_ATTR
+from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
+from devstack.load import BASE_OPTIONS, bare_step
 from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
+from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.settings import Settings
 from starter import start_task
 from worker import build_worker
 
-QUEUE = "week"
+QUEUE, BARE_QUEUE = "week", "week-bare"
+BARE_STEPS = 7  # a plain ticket: four model turns, three tool calls
 # The provider terms of this run: a fault's retry waits out the request's settle horizon
 # (send-by + timeout + window), so they are kept short, as chaos does.
 CLIENT_TIMEOUT, WINDOW = 2.0, 1.0
@@ -181,13 +193,37 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         edge.configure("dedupe", [])
         world = judge(World(Database(settings.database), StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)),
                       week, results)
+        bare = None if args.no_bare else await bare_week(client, len(week.tickets), args.deadline)
     kinds = Counter(t.kind for t in week.tickets)
     return {"tickets": len(week.tickets), "orders": len(week.orders), "seconds": elapsed,
             "tasks_per_s": len(week.tickets) / elapsed, "kinds": dict(kinds), "faults": faults,
             "states": dict(Counter(results.get(t.task.task_id, "lost") for t in week.tickets)),
             "states_by_kind": {k: dict(Counter(results.get(t.task.task_id, "lost") for t in week.tickets if t.kind == k))
                                for k in kinds},
-            "world": world}
+            "world": world, "bare_seconds": bare}
+
+
+async def bare_week(client: Client, count: int, deadline: float) -> float:
+    """Seconds for `count` bare tasks of BARE_STEPS no-op activities, started 50 at a time as the
+    tickets are, on a worker with build_worker's options; NaN when they did not all complete."""
+    ensure_bytecode(BareTaskWorkflow)  # as build_worker does for ours
+    sem = asyncio.Semaphore(50)
+
+    async def start(n: int) -> None:
+        async with sem:
+            await client.start_workflow(BareTaskWorkflow.run, BARE_STEPS, id=f"week-bare-{n:05d}",
+                                        task_queue=BARE_QUEUE, task_timeout=timedelta(seconds=3))
+
+    done_query = f'TaskQueue = "{BARE_QUEUE}" AND ExecutionStatus = "Completed"'
+    async with Worker(client, task_queue=BARE_QUEUE, workflows=[BareTaskWorkflow], activities=[bare_step],
+                      **BASE_OPTIONS):
+        started = time.perf_counter()
+        await asyncio.gather(*(start(n) for n in range(count)))
+        while time.perf_counter() - started < deadline:
+            if (await client.count_workflows(done_query)).count >= count:
+                return time.perf_counter() - started
+            await asyncio.sleep(2.0)  # as settle(): a visibility count every 2 s
+    return math.nan
 
 
 SETTLED = ("completed", "dead_lettered", "cancelled", "awaiting_human")
@@ -219,12 +255,24 @@ def report(r: dict[str, Any]) -> str:
              "| | |", "|---|---|",
              f"| wall time, first start to last settled | {r['seconds']:.0f} s ({r['seconds'] / 60:.1f} min) |",
              f"| throughput | {r['tasks_per_s']:.1f} tasks/s |",
+             *bare_rows(r),
              f"| tickets by kind | {', '.join(f'{k} {v}' for k, v in r['kinds'].items())} |",
              f"| end states | {', '.join(f'{k} {v}' for k, v in r['states'].items())} |"]
     lines += [f"| end states, {kind} | {', '.join(f'{k} {v}' for k, v in states.items())} |"
               for kind, states in r["states_by_kind"].items()]
     lines += [f"| {k} | {v} |" for k, v in r["world"].items()]
     return "\n".join(lines)
+
+
+def bare_rows(r: dict[str, Any]) -> list[str]:
+    bare = r["bare_seconds"]
+    if bare is None:
+        return []
+    if math.isnan(bare):  # started, not all completed
+        return [f"| bare Temporal: as many tasks of {BARE_STEPS} no-op steps, same server | not all completed by the deadline |"]
+    return [f"| bare Temporal: as many tasks of {BARE_STEPS} no-op steps, same server | {bare:.0f} s, "
+            f"{r['tickets'] / bare:.1f} tasks/s |",
+            f"| harness / bare | {r['seconds'] / bare:.2f}x the time, {bare / r['seconds']:.0%} of the throughput |"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the share of refund POSTs that gets each of the three faults")
     parser.add_argument("--deadline", type=float, default=1800,
                         help="seconds after the first start at which a task not yet settled counts as lost")
+    parser.add_argument("--no-bare", action="store_true", help="skip bare Temporal's week beside it")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = asyncio.run(run(args))

@@ -7,6 +7,7 @@ imports compiles the source again: measured at about a sixth of a busy worker's 
 
 from __future__ import annotations
 
+import _imp
 import importlib.util
 import logging
 import py_compile
@@ -52,7 +53,9 @@ def _compiled(source: Path) -> bool:
 
 
 def fresh(source: Path, cached: Path) -> bool:
-    """The check the import system makes on a timestamp .pyc: magic, flags, source mtime and size."""
+    """The check the import system makes before it loads a .pyc instead of compiling the source: the
+    magic number, then the source's mtime and size (timestamp .pyc), or its hash (a hash-based .pyc,
+    as `compileall` writes under SOURCE_DATE_EPOCH, checked unless it says not to)."""
     try:
         with cached.open("rb") as f:
             head = f.read(16)
@@ -61,7 +64,11 @@ def fresh(source: Path, cached: Path) -> bool:
         return False
     if len(head) != 16 or head[:4] != importlib.util.MAGIC_NUMBER:
         return False
-    flags, mtime, size = (int.from_bytes(head[at:at + 4], "little") for at in (4, 8, 12))
-    return flags == 0 and mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
-
-
+    flags = int.from_bytes(head[4:8], "little")
+    if flags & ~0b11:
+        return False
+    if flags & 0b1:  # hash-based
+        checked = _imp.check_hash_based_pycs != "never" and (flags & 0b10 or _imp.check_hash_based_pycs == "always")
+        return not checked or head[8:16] == importlib.util.source_hash(source.read_bytes())
+    mtime, size = (int.from_bytes(head[at:at + 4], "little") for at in (8, 12))
+    return mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF

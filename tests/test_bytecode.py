@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import py_compile
 import sys
 from pathlib import Path
 
@@ -71,3 +72,22 @@ def test_unwritable_bytecode_is_one_warning_per_package(tmp_path: Path, monkeypa
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "3 module(s) of stuck_flows" in warnings[0].getMessage()
+
+
+def test_hash_based_bytecode_counts_as_the_import_system_counts_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`compileall` writes hash-based .pyc files under SOURCE_DATE_EPOCH (reproducible builds): a checked
+    one is fresh while its source hash matches, an unchecked one always is; a fresh one is left alone."""
+    source = tmp_path / "hashed_flow.py"
+    source.write_text("class Flow:\n    pass\n")
+    flow = _import_without_bytecode("hashed_flow", tmp_path, monkeypatch)
+    for mode, after_edit in ((py_compile.PycInvalidationMode.CHECKED_HASH, False),
+                             (py_compile.PycInvalidationMode.UNCHECKED_HASH, True)):
+        source.write_text("class Flow:\n    pass\n")
+        py_compile.compile(str(source), cfile=str(_cached(source)), doraise=True, invalidation_mode=mode)
+        written = _cached(source).read_bytes()
+        assert fresh(source, _cached(source))
+        ensure_bytecode(flow.Flow)  # type: ignore[attr-defined]
+        assert _cached(source).read_bytes() == written
+        source.write_text("class Flow:\n    edited = 1\n")
+        assert fresh(source, _cached(source)) is after_edit

@@ -16,8 +16,7 @@ from typing import Awaitable, Callable, Sequence, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
-from temporalio.exceptions import TimeoutError as ActivityTimeout
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities.authority import AuthorityActivities
@@ -150,9 +149,11 @@ class AgentTaskWorkflow:
                     retry_policy=policies.READ_POLICY, summary=f"policy for a {task.kind} task")
         except ActivityError as err:
             raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None
-        except (ApplicationError, ActivityTimeout) as err:
-            # A local activity's last failure arrives as its own error, not wrapped in an ActivityError;
-            # before this patch it failed the workflow instead of making it a dead letter.
+        except CancelledError:
+            raise
+        except FailureError as err:
+            # A local activity's last failure arrives as its own error (ApplicationError, TimeoutError, ...),
+            # not wrapped in an ActivityError; before this patch it failed the workflow.
             if not workflow.patched(_POLICY_FAILURE):
                 raise
             raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None
