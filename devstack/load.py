@@ -70,6 +70,13 @@ async def bare_step(step: int) -> int:
     return step
 
 
+def bare_worker(client: Client, task_queue: str, **options: Any) -> Worker:
+    """The bare side's worker: build_worker's options (and `options` over them), no harness."""
+    ensure_bytecode(BareTaskWorkflow)  # as build_worker does for ours
+    return Worker(client, task_queue=task_queue, workflows=[BareTaskWorkflow], activities=[bare_step],
+                  **{**BASE_OPTIONS, **options})
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
@@ -123,9 +130,7 @@ class Load:
         return build_worker(self.client, self.settings, HARNESS_QUEUE, **self.options)
 
     def bare_worker(self) -> Worker:
-        ensure_bytecode(BareTaskWorkflow)  # as build_worker does for ours
-        return Worker(self.client, task_queue=BARE_QUEUE, workflows=[BareTaskWorkflow], activities=[bare_step],
-                      **{**BASE_OPTIONS, **self.options})
+        return bare_worker(self.client, BARE_QUEUE, **self.options)
 
     # one task of each side, started; returns an awaitable of its end
     async def start_harness(self, task) -> Callable[[], Awaitable[Any]]:

@@ -40,7 +40,6 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
 
 from activities.db import Database
 from activities.payments import StripeGateway
@@ -52,10 +51,10 @@ from core.models import TaskInput
 from core.names import STATUS_ATTR
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
-from devstack.load import BASE_OPTIONS, bare_step
+from devstack.load import bare_worker
+from devstack.polling import poll_until
 from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
-from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.settings import Settings
 from starter import start_task
@@ -206,7 +205,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 async def bare_week(client: Client, count: int, deadline: float) -> float:
     """Seconds for `count` bare tasks of BARE_STEPS no-op activities, started 50 at a time as the
     tickets are, on a worker with build_worker's options; NaN when they did not all complete."""
-    ensure_bytecode(BareTaskWorkflow)  # as build_worker does for ours
     sem = asyncio.Semaphore(50)
 
     async def start(n: int) -> None:
@@ -214,16 +212,19 @@ async def bare_week(client: Client, count: int, deadline: float) -> float:
             await client.start_workflow(BareTaskWorkflow.run, BARE_STEPS, id=f"week-bare-{n:05d}",
                                         task_queue=BARE_QUEUE, task_timeout=timedelta(seconds=3))
 
-    done_query = f'TaskQueue = "{BARE_QUEUE}" AND ExecutionStatus = "Completed"'
-    async with Worker(client, task_queue=BARE_QUEUE, workflows=[BareTaskWorkflow], activities=[bare_step],
-                      **BASE_OPTIONS):
+    async def all_completed() -> bool:
+        done = f'TaskQueue = "{BARE_QUEUE}" AND ExecutionStatus = "Completed"'
+        return (await client.count_workflows(done)).count >= count
+
+    async with bare_worker(client, BARE_QUEUE):
         started = time.perf_counter()
         await asyncio.gather(*(start(n) for n in range(count)))
-        while time.perf_counter() - started < deadline:
-            if (await client.count_workflows(done_query)).count >= count:
-                return time.perf_counter() - started
-            await asyncio.sleep(2.0)  # as settle(): a visibility count every 2 s
-    return math.nan
+        try:  # as settle(): a visibility count every 2 s
+            await poll_until(all_completed, f"{count} bare tasks", every=2.0,
+                             timeout=deadline - (time.perf_counter() - started))
+        except TimeoutError:
+            return math.nan
+        return time.perf_counter() - started
 
 
 SETTLED = ("completed", "dead_lettered", "cancelled", "awaiting_human")
