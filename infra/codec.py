@@ -7,6 +7,14 @@ encrypted (AES-256-GCM) before they reach Temporal, with a key from the environm
 The codec server implements Temporal's remote codec protocol (POST /encode, /decode) so that
 the Web UI, started with --ui-codec-endpoint, shows decrypted payloads to operators. It listens
 on 127.0.0.1 only; the key never leaves the worker, the starter and this server.
+
+A payload that cannot be decoded (no key here, another key or key id, garbage) is never raised
+while decoding: anyone who may signal a task can write `binary/encrypted` metadata, and a raise
+while the SDK decodes an activation fails the workflow task before any handler runs, on every
+retry, so the task would answer nothing again. Instead that one payload becomes a marker
+(`json/undecodable`, `{"undecodable_payload": "<reason>"}`): the workflow's dynamic handlers read
+their RawValue as bytes and record it as not a decision; reading it as a typed value raises
+PayloadKeyError with the reason (the starter's one line about the key); the codec server shows it.
 """
 
 from __future__ import annotations
@@ -14,26 +22,71 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import json
 import os
 import secrets
 import sys
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from aiohttp import web
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.api.common.v1 import Payloads as _Payloads
-from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes, PayloadCodec
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (DataConverter, DefaultFailureConverterWithEncodedAttributes,
+                                  EncodingPayloadConverter, PayloadCodec)
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "agent-payloads-v1"
+UNDECODABLE = b"json/undecodable"
+# Why a payload was refused, short enough to show whole in the workflow's record of it; and what a
+# typed reader is told. A reason not listed here (a sender may forge a marker too) is not echoed.
+_REASONS = {
+    "key not set": "the task's payloads are encrypted and PAYLOAD_ENCRYPTION_KEY is not set: export the worker's key",
+    "unknown key id": f"a payload was encrypted with another key id than {KEY_ID!r}: use the worker's key",
+    "wrong key": "the task's payloads were encrypted with another key than PAYLOAD_ENCRYPTION_KEY: "
+                 "use the worker's key",
+    "not a payload": "a payload decrypted with PAYLOAD_ENCRYPTION_KEY is not a Temporal payload",
+}
 
 
 class PayloadKeyError(ValueError):
     """An encrypted payload that this process cannot read: no key, or not the key it was encrypted with."""
+
+
+def refused(reason: str) -> Payload:
+    """The marker that stands in for a payload this process cannot decode."""
+    return Payload(metadata={"encoding": UNDECODABLE},
+                   data=json.dumps({"undecodable_payload": reason}).encode())
+
+
+class _UndecodablePayloadConverter(EncodingPayloadConverter):
+    """Reads the marker as a typed value: raises PayloadKeyError with its reason. Never writes one."""
+
+    @property
+    def encoding(self) -> str:
+        return UNDECODABLE.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        try:
+            reason = json.loads(payload.data)["undecodable_payload"]
+        except (ValueError, TypeError, KeyError, RecursionError):
+            reason = None
+        raise PayloadKeyError(_REASONS.get(str(reason), "a payload could not be decoded"))
+
+
+class _PayloadConverter(PydanticPayloadConverter):
+    """Pydantic's, plus the marker's reader."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._set_converters(*self.converters.values(), _UndecodablePayloadConverter())
 
 
 class EncryptionCodec(PayloadCodec):
@@ -53,18 +106,23 @@ class EncryptionCodec(PayloadCodec):
             if payload.metadata.get("encoding") != ENCODING:
                 out.append(payload)
                 continue
-            key_id = payload.metadata.get("encryption-key-id", b"").decode()
-            if key_id != self._key_id:
-                raise PayloadKeyError(f"payload was encrypted with key {key_id!r}, not {self._key_id!r}")
-            try:
-                plain = self._decrypt(payload.data)
-            except InvalidTag:
-                raise PayloadKeyError("the task's payloads were encrypted with another key than "
-                                      "PAYLOAD_ENCRYPTION_KEY: use the worker's key") from None
-            decoded = Payload()
-            decoded.ParseFromString(plain)
-            out.append(decoded)
+            out.append(self._open(payload))
         return out
+
+    def _open(self, payload: Payload) -> Payload:
+        """The payload inside, or the marker saying why not: never raises (see the module's docstring)."""
+        if payload.metadata.get("encryption-key-id") != self._key_id.encode():
+            return refused("unknown key id")
+        try:
+            plain = self._decrypt(payload.data)
+        except (InvalidTag, ValueError):  # ValueError: too short to hold a nonce
+            return refused("wrong key")
+        decoded = Payload()
+        try:
+            decoded.ParseFromString(plain)
+        except DecodeError:
+            return refused("not a payload")
+        return decoded
 
     def _encrypt(self, data: bytes) -> bytes:
         nonce = secrets.token_bytes(12)
@@ -88,10 +146,7 @@ class _NoKeyCodec(PayloadCodec):
         return list(payloads)
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        if any(p.metadata.get("encoding") == ENCODING for p in payloads):
-            raise PayloadKeyError("the task's payloads are encrypted and PAYLOAD_ENCRYPTION_KEY is not set: "
-                                  "export the worker's key")
-        return list(payloads)
+        return [refused("key not set") if p.metadata.get("encoding") == ENCODING else p for p in payloads]
 
 
 def data_converter(key: str | None) -> DataConverter:
@@ -100,10 +155,12 @@ def data_converter(key: str | None) -> DataConverter:
     With a key, failures' messages and stack traces are moved into an encoded payload too (a
     provider's error may echo a prompt, a customer's name, an address), so the server and its
     histories see only "Encoded failure". Without one, an encrypted payload is refused with the reason.
+    Either way a payload that cannot be decoded is refused alone, as a marker (the module's docstring).
     """
+    converter = dataclasses.replace(pydantic_data_converter, payload_converter_class=_PayloadConverter)
     if not key:
-        return dataclasses.replace(pydantic_data_converter, payload_codec=_NoKeyCodec())
-    return dataclasses.replace(pydantic_data_converter, payload_codec=EncryptionCodec(key_from(key)),
+        return dataclasses.replace(converter, payload_codec=_NoKeyCodec())
+    return dataclasses.replace(converter, payload_codec=EncryptionCodec(key_from(key)),
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 
 
@@ -128,10 +185,8 @@ def codec_app(codec: PayloadCodec, allowed_origins: Iterable[str] = ("http://127
                 body = json_format.Parse(await request.text(), _Payloads())
             except json_format.ParseError as err:
                 return cors(request, web.json_response({"error": f"not a payloads JSON: {err}"}, status=400))
-            try:
-                payloads = await (codec.encode if encode else codec.decode)(list(body.payloads))
-            except Exception as err:  # a payload we cannot decrypt: say so, never crash the server
-                return cors(request, web.json_response({"error": str(err)}, status=400))
+            # One payload the codec cannot decode comes back as its marker, the others decoded.
+            payloads = await (codec.encode if encode else codec.decode)(list(body.payloads))
             out = _Payloads(payloads=payloads)
             return cors(request, web.Response(text=json_format.MessageToJson(out), content_type="application/json"))
         return handle
