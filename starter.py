@@ -74,6 +74,7 @@ from core.names import WORKFLOW_NAME, starting_attributes
 from infra import connection
 from infra.codec import PayloadKeyError
 from infra.exit import run_main
+from infra.redact import redact
 from infra.settings import Settings, load_settings
 from workflows import RECONCILE_WORKFLOW
 
@@ -644,11 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings()
     try:
         return asyncio.run(args.run(args, settings))
-    except StarterError as err:
-        print(f"starter: {err}", file=sys.stderr)
-        return 2
-    except PayloadKeyError as err:
-        print(f"starter: {err}", file=sys.stderr)
+    except (StarterError, PayloadKeyError) as err:  # may quote a URL: STRIPE_API_BASE, a provider's error
+        print(f"starter: {redact(str(err))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `| head` closed the pipe: the rest of the output has no reader
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -27,6 +27,7 @@ from core.tools import REGISTRY
 from infra import connection
 from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
+from infra.redact import install_log_redaction, redact
 from infra import telemetry
 from infra.settings import Settings, load_settings
 from core.names import SEARCH_ATTRIBUTES
@@ -39,7 +40,7 @@ log = logging.getLogger("worker")
 
 
 def fail(message: str) -> None:
-    print(f"worker: {message}", file=sys.stderr)
+    print(f"worker: {redact(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -95,7 +96,9 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     sticky_queue_schedule_to_start_timeout); without them the worker is as it always was. `replace`
     registers other activities under the names of ours (the demo's naive refund tool). `more_tools`
     are objects with `@tool` methods for opt-in tools (activities/courier.py); an opt-in tool that no
-    object here implements is not offered to any task."""
+    object here implements is not offered to any task. Every log line of the process is redacted from
+    here on (infra/redact.py): a library's line may quote a URL with its secret path or token."""
+    install_log_redaction()
     db = Database(settings.database)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,

@@ -1,5 +1,5 @@
-"""Activity interceptors: steady heartbeats, crash points, and the outcome of every tool call
-as a metric and a structured log line (task id, tool, intent key)."""
+"""Activity interceptors: steady heartbeats, crash points, redacted failures, and the outcome of every
+tool call as a metric and a structured log line (task id, tool, intent key)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from activities.faults import crash_point
 from core.models import ToolResult
 from core.policies import TOOL_HEARTBEAT
+from infra.redact import redacted_error
 
 # Five beats per heartbeat timeout: the SDK forwards the latest one every 0.8 x the timeout, so one is
 # always waiting to go unless the event loop stalls for 0.8 x the timeout (see core/policies.py).
@@ -35,13 +36,20 @@ class WorkerInterceptor(Interceptor):
 
 class _Inbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        """Heartbeat while the activity runs, so a dead worker is noticed in seconds, not minutes."""
+        """Heartbeat while the activity runs, so a dead worker is noticed in seconds, not minutes. An
+        error it raises leaves redacted, cause chain included (infra/redact.py): whatever an HTTP
+        client quoted (a URL's path and query, a key) never reaches the history or the worker's log."""
         info = activity.info()
         crash_point(f"{info.activity_type}:start")
         # A local activity (the task's policy) cannot heartbeat: it lives inside a workflow task.
         beat = None if info.is_local else asyncio.create_task(_heartbeat())
         try:
             result = await self.next.execute_activity(input)
+        except Exception as err:
+            clean = redacted_error(err)
+            if clean is err:
+                raise
+            raise clean from clean.__cause__
         finally:
             if beat is not None:
                 beat.cancel()

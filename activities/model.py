@@ -15,11 +15,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.backends import ModelConfigError
-from activities.backends._errors import redact_url
 from activities.scripted import ScriptedModel
 from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolSchema
 from core.names import MODEL_TURN_ACTIVITY
 from core.tools import REGISTRY
+from infra.redact import redact
 
 BACKENDS = ("scripted", "openai", "anthropic")
 
@@ -98,7 +98,7 @@ class ModelActivities:
         except ApplicationError:
             raise
         except Exception as err:  # an unexpected error may quote a base URL with its password
-            raise ApplicationError(redact_url(f"{type(err).__name__}: {err}")[:500], type="ModelUnavailable") from None
+            raise ApplicationError(redact(f"{type(err).__name__}: {err}")[:500], type="ModelUnavailable") from None
 
 
 @functools.cache

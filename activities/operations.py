@@ -11,9 +11,11 @@ from typing import Any
 
 import aiohttp
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.db import Database
 from core.models import AlertInput, DeadLetterInput
+from infra.redact import redact
 
 log = logging.getLogger("agent.alerts")
 
@@ -33,11 +35,7 @@ class OperationsActivities:
     async def raise_alert(self, alert: AlertInput) -> str:
         """POST to the webhook when one is configured, else a structured log line; always a row."""
         if self._url:
-            headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-            body = alert.model_dump(mode="json")
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-                async with session.post(self._url, json=body, headers=headers) as response:
-                    response.raise_for_status()
+            await self._post(alert)
             delivered = "webhook"
         else:
             log.warning(json.dumps({"alert": alert.kind, "task_id": alert.task_id, "reason": alert.reason,
@@ -45,6 +43,21 @@ class OperationsActivities:
             delivered = "log"
         await asyncio.to_thread(self._store_alert, alert, delivered)
         return delivered
+
+    async def _post(self, alert: AlertInput) -> None:
+        """A failed delivery is raised with its text redacted and without the client's error as its
+        cause: the webhook URL's path and `?token=` are secrets (aiohttp quotes the whole URL), and
+        Temporal writes the failure with its cause chain into the history, in plain text without
+        PAYLOAD_ENCRYPTION_KEY, and the workflow copies it into `checkpoint.alert_failures`."""
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+                async with session.post(self._url, json=alert.model_dump(mode="json"), headers=headers) as response:
+                    response.raise_for_status()
+        except Exception as err:  # aiohttp's errors, a timeout, a URL aiohttp refuses (ValueError)
+            why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            raise ApplicationError(f"alert webhook at {redact(str(self._url))}: {redact(why)}",
+                                   type="AlertNotDelivered") from None
 
     def _store_alert(self, alert: AlertInput, delivered: str) -> None:
         with self._db.connect() as conn:

@@ -3,7 +3,8 @@
 - Metrics: the Temporal SDK's own (task latencies, slots, polls) and ours (`agent_tool_outcomes`,
   `agent_escalations`, `agent_dead_letters`), recorded through the SDK's meter and served together
   on one Prometheus endpoint, http://127.0.0.1:METRICS_PORT/metrics.
-- Logs: one JSON object per line, carrying task id, tool and intent key where there is one.
+- Logs: one JSON object per line, carrying task id, tool and intent key where there is one; every
+  line redacted (URL paths and queries, credentials: infra/redact.py).
 - Tracing: OpenTelemetry spans for workflows and activities through temporalio's contrib
   interceptor, off unless OTEL_TRACING=1 (an OTLP exporter is configured by the usual
   OTEL_EXPORTER_OTLP_* variables when opentelemetry-exporter-otlp is installed).
@@ -25,6 +26,8 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 
+from infra.redact import install_log_redaction
+
 _FIELDS = ("task_id", "tool", "intent_key", "outcome", "reason", "attempt")
 
 
@@ -40,13 +43,15 @@ class JsonFormatter(logging.Formatter):
                 line[key.removeprefix("temporal_")] = {k: v for k, v in details.items()
                                                        if k in ("workflow_type", "run_id", "activity_type",
                                                                 "attempt")}
-        if record.exc_info:
-            line["error"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:  # exc_text: rendered and redacted already (infra/redact.py)
+            line["error"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(line, default=str)
 
 
 def setup_logging(level: str = "INFO") -> None:
-    """Every line the worker writes is JSON: our logs, the SDK's, Python warnings and the Rust core's (see runtime)."""
+    """Every line the worker writes is JSON: our logs, the SDK's, Python warnings and the Rust core's (see runtime),
+    each redacted (infra/redact.py)."""
+    install_log_redaction()
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -15,9 +16,10 @@ from temporalio.client import Client
 
 from activities.world import World
 from infra.settings import Settings
+from devstack.polling import poll_until
 from devstack.processes import free_port
 from tests.approvers import signed
-from tests.helpers import running_worker, scenario_task, start, waiting
+from tests.helpers import checkpoint, running_worker, scenario_task, start, waiting
 
 HISTORIES = Path(__file__).parent / "histories"
 STRIPE_KEY = "sk_test_ScanMe7f3a9c41d2"
@@ -97,3 +99,58 @@ async def test_an_unreachable_alert_webhook_does_not_end_the_task(client: Client
         result = await handle.result()
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
     assert result.checkpoint.alert_failures and "escalation approval_required" in result.checkpoint.alert_failures[0]
+
+
+WEBHOOK_PATH = "hooks/T0ScanMe/B0ScanMe/ScanMePathSecret"
+WEBHOOK_QUERY_TOKEN = "qtok-ScanMe-5e1d"
+
+
+@pytest.fixture
+async def failing_webhook():
+    """A webhook that answers 500 at a secret path: its URL is quoted in the client's error (aiohttp
+    puts the whole URL in ClientResponseError). The receiver's own access log is off: it is not the worker's."""
+    received: list[str] = []
+
+    async def refuse(request: web.Request) -> web.Response:
+        received.append(request.path_qs)
+        return web.Response(status=500, text="down")
+
+    app = web.Application()
+    app.router.add_post(f"/{WEBHOOK_PATH}", refuse)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}/{WEBHOOK_PATH}?token={WEBHOOK_QUERY_TOKEN}", received
+    await runner.cleanup()
+
+
+async def test_a_failing_alert_webhook_leaves_its_url_secrets_nowhere(
+    client: Client, settings: Settings, world: World, failing_webhook, caplog,
+):
+    """Without an encryption key the failures are plain text in the history: the webhook's secret path
+    and its `?token=` must not be in them (nor its bearer token), nor in the checkpoint, nor in the worker's log."""
+    url, received = failing_webhook
+    alerting = settings.model_copy(update={"alert_webhook_url": url, "alert_webhook_token": SecretStr(WEBHOOK_TOKEN),
+                                           "approval_ceiling_cents": 10000})
+    caplog.set_level(logging.DEBUG)
+    task = scenario_task("SU-88421")
+    async with running_worker(client, alerting):
+        handle = await start(client, alerting, task)
+        cp = await poll_until(lambda: _alert_failed(handle), "the escalation's alert to fail", 120)
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
+        result = await handle.result()
+    assert received and all(WEBHOOK_PATH in r for r in received), "the webhook was reached and answered 500"
+    assert "500" in cp.alert_failures[0] and "127.0.0.1" in cp.alert_failures[0]
+    history = readable((await handle.fetch_history()).to_json())
+    assert "ActivityTaskFailed" in history or "activityTaskFailedEventAttributes" in history
+    for where, text in (("history", history), ("checkpoint", cp.model_dump_json()),
+                        ("result", result.model_dump_json()), ("worker log", caplog.text)):
+        for secret in (WEBHOOK_PATH.split("/")[-1], WEBHOOK_QUERY_TOKEN, WEBHOOK_TOKEN):
+            assert secret not in text, f"{secret} in the {where}"
+    assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
+
+
+async def _alert_failed(handle):
+    cp = await checkpoint(handle)
+    return cp if cp.alert_failures and cp.state == "awaiting_human" else None

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import email.utils
 import math
-import re
 import time
 from collections.abc import Mapping
 from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError
+
+from infra.redact import redact
 
 RATE_LIMITED = "ModelRateLimited"
 UNAVAILABLE = "ModelUnavailable"
@@ -85,8 +86,8 @@ def status_failure(provider: str, status: int, headers: Mapping[str, str] | None
 def connection_failure(provider: str, where: str, err: BaseException, *, secret: str) -> ApplicationError:
     """The ApplicationError for a request that got no HTTP answer (refused, reset, timed out)."""
     cause = err.__cause__ or err
-    detail = _scrub(str(err) if cause is err else f"{err} ({type(cause).__name__})", secret)
-    return ApplicationError(f"{provider} unreachable at {redact_url(where)}: {detail}", type=UNAVAILABLE)
+    detail = str(err) if cause is err else f"{err} ({type(cause).__name__})"
+    return ApplicationError(_scrub(f"{provider} unreachable at {where}: {detail}", secret), type=UNAVAILABLE)
 
 
 def unusable(provider: str, why: str) -> ApplicationError:
@@ -110,15 +111,7 @@ def _number(text: str) -> float | None:
         return None
 
 
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
-
-
-def redact_url(text: str) -> str:
-    """Credentials written into a URL (`https://user:password@host/`) become `***`, wherever it is quoted."""
-    return _USERINFO.sub(r"\1***@", text)
-
-
 def _scrub(text: str, secret: str) -> str:
-    """Never let the API key or a URL's password reach an event history, a log or a dead letter,
-    even echoed in a provider's message."""
-    return redact_url(text.replace(secret, "***") if secret else text)
+    """Never let the API key, a URL's password, path or query (infra/redact.py) reach an event history,
+    a log or a dead letter, even echoed in a provider's message."""
+    return redact(text.replace(secret, "***") if secret else text)

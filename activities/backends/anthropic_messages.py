@@ -12,9 +12,9 @@ from typing import Any
 
 import anthropic
 
-from activities.backends._errors import (ModelConfigError, connection_failure, redact_url, status_failure,
-                                         unusable)
+from activities.backends._errors import ModelConfigError, connection_failure, status_failure, unusable
 from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolCall, ToolSchema
+from infra.redact import redact
 
 PROVIDER = "anthropic"
 KEY_VARIABLE = "ANTHROPIC_API_KEY"
@@ -37,7 +37,7 @@ class AnthropicMessagesBackend:
                                                 max_retries=0, timeout=timeout_seconds)
 
     def describe(self) -> str:
-        return f"anthropic {self._model} at {redact_url(str(self._client.base_url))}"
+        return f"anthropic {self._model} at {redact(str(self._client.base_url))}"
 
     async def aclose(self) -> None:
         """Close the HTTP connections (at worker shutdown)."""

@@ -13,9 +13,9 @@ from typing import Any
 
 import openai
 
-from activities.backends._errors import (ModelConfigError, connection_failure, redact_url, status_failure,
-                                         unusable)
+from activities.backends._errors import ModelConfigError, connection_failure, status_failure, unusable
 from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolCall, ToolSchema
+from infra.redact import redact
 
 PROVIDER = "openai"
 KEY_VARIABLE = "OPENAI_API_KEY"
@@ -37,7 +37,7 @@ class OpenAIChatBackend:
                                           max_retries=0, timeout=timeout_seconds)
 
     def describe(self) -> str:
-        return f"openai {self._model} at {redact_url(str(self._client.base_url))}"
+        return f"openai {self._model} at {redact(str(self._client.base_url))}"
 
     async def aclose(self) -> None:
         """Close the HTTP connections (at worker shutdown)."""
