@@ -69,7 +69,7 @@ from core.models import (
     TaskInput,
     TaskResult,
 )
-from core.kinds import TaskKind
+from core.kinds import TaskKind, fact_values
 from core.names import WORKFLOW_NAME, starting_attributes
 from infra import connection
 from infra.codec import PayloadKeyError
@@ -111,10 +111,11 @@ _TASK_KIND = {"support": TaskKind.REFUND_TICKET, "refund": TaskKind.REFUND_REQUE
 
 KINDS: dict[str, str] = {
     "support": "a support ticket: look up the order, check the policy, refund the item, tell the seller, "
-               "book the return pickup, tell the customer (facts: order_id, item_id optional)",
+               "book the return pickup, tell the customer (facts: order_id; item_id optional, binds the items)",
     "refund": "a refund request: look up the order, refund the item, write the confirmation, tell the "
-              "customer (facts: order_id, item_id optional)",
-    "payables": "an approved supplier invoice: look it up, pay it, email the remittance (facts: invoice_id)",
+              "customer (facts: order_id; item_id optional, binds the items)",
+    "payables": "an approved supplier invoice: look it up, pay it, email the remittance (facts: invoice_id; "
+                "payee and recipient optional, bind them)",
 }
 _REQUIRED_FACTS = {"support": ("order_id",), "refund": ("order_id",), "payables": ("invoice_id",)}
 
@@ -161,7 +162,8 @@ def describe_task(settings: Settings, task: TaskInput) -> tuple[str, str]:
     try:
         records = Records(Database(settings.database))
         if order_id and (record := records.order(order_id)):
-            items = [i for i in record.order.items if item_id in (None, i.item_id)]
+            named = fact_values(task.facts, "item_id")  # one item, or several comma separated
+            items = [i for i in record.order.items if not named or i.item_id in named]
             amount = sum(i.amount_cents for i in items) if items else None
         elif invoice_id and (inv := records.invoice(invoice_id)):
             amount = inv.invoice.amount_cents
@@ -578,7 +580,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("ticket_id", nargs="?", help="your ticket's id; the task is ticket-<id>")
     t.add_argument("--text", help="the ticket's text, as the customer or colleague wrote it")
     t.add_argument("--order", help="fact: the order the ticket is about")
-    t.add_argument("--item", help="fact: the item of the order")
+    t.add_argument("--item", help="fact: the item of the order the agent may refund (several: comma separated)")
     t.add_argument("--invoice", help="fact: the invoice (payables)")
     t.add_argument("--file", type=Path, help="a JSON ticket: kind, ticket_id, text, facts (and order, locally)")
     t.add_argument("--no-wait", action="store_true", help="start it and return")

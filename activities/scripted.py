@@ -132,7 +132,7 @@ _KINDS = {"support": "SU-88421", "refund": "refund-8841", "payables": "INV-9"}
 
 def _fact(brief: str, name: str) -> str | None:
     """A fact the starter wrote under "Facts from our systems:" (`order_id: A-17`), as a model reads it."""
-    found = re.search(rf"^{name}: *(\S+) *$", brief, re.MULTILINE)
+    found = re.search(rf"^{name}: *(\S+(?:, *\S+)*) *$", brief, re.MULTILINE)  # one value, or a list
     return found.group(1) if found else None
 
 
@@ -153,12 +153,14 @@ def _plan(scenario: str, brief: str, options: dict[str, Any]) -> list[PlanStep]:
                         f"{r['lookup']['data']['currency'].upper()}, reference {r['pay']['data']['provider_ref']}."}),
         ]
     order_id = _fact(brief, "order_id") or (_ids(brief, "SU") or _ids(brief, "ORD") or _ids(brief, "B") or [""])[0]
-    item_id = options.get("item_id") or _fact(brief, "item_id")
+    # A ticket about several items names them all, comma separated (core/kinds.py): refund each.
+    named = [i.strip() for i in (options.get("item_id") or _fact(brief, "item_id") or "").split(",") if i.strip()]
+    item_id = named[0] if named else None
     steps = [PlanStep("lookup", "get_order", lambda r: {"order_id": order_id})]
     if scenario == "SU-88421":
         steps.append(PlanStep("policy", "search_policy", lambda r: {"query": "damaged item refund"}))
     steps.append(_refund("refund", item_id, repeat, options))
-    for n, extra in enumerate(options.get("extra_refund_items", []), start=2):
+    for n, extra in enumerate(options.get("extra_refund_items", named[1:]), start=2):
         steps.append(_refund(f"refund{n}", extra, repeat, {}))
 
     def refunded(r: Results) -> str:

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from core.keys import canonical_json
-from core.kinds import KINDS
+from core.kinds import FACT_OF_ARGUMENT, KINDS, fact_values
 from core.models import DecisionStatus, Escalation, Policy, ResolveInput, TaskInput
 
 SIGNING_CONTEXT = b"agent-decision/v1\n"
@@ -47,16 +47,33 @@ def narrow(policy: Policy, task: TaskInput) -> Policy:
 
 
 def out_of_scope(tool: str, arguments: dict[str, Any], facts: dict[str, str], policy: Policy) -> str | None:
-    """Why a call reaches beyond its task's facts or parties, or None when it stays inside."""
-    for field in KINDS[policy.kind].binds:
+    """Why a call reaches beyond its task's facts or parties, or None when it stays inside.
+
+    The order or invoice the kind binds must be the task's own; an item, payee or recipient must
+    be one the facts name, where they name any (core/kinds.py). The gate answers the model with the
+    reason (`out_of_scope`): what lies outside the facts is for a person to decide.
+    """
+    kind = KINDS[policy.kind]
+    for field in kind.binds:
         if field in arguments and arguments[field] != facts.get(field):
             return f"{field} {arguments[field]!r} is not this task's ({facts.get(field)!r})"
     for field in ("order_id", "invoice_id"):
-        if field in arguments and field not in KINDS[policy.kind].binds:
+        if field in arguments and field not in kind.binds:
             return f"a {policy.kind} task does not act on an {field}"
+    for field in kind.narrows:
+        fact = FACT_OF_ARGUMENT.get(field, field)
+        named = fact_values(facts, fact)
+        if field in arguments and named and _same(field, arguments[field]) not in {_same(field, v) for v in named}:
+            return (f"{field} {str(arguments[field])[:80]!r} is not among this task's {fact} facts "
+                    f"({', '.join(named)[:200]}): a call outside the task's facts needs a person (escalate_to_human)")
     if "to" in arguments and arguments["to"] not in policy.parties:
         return f"{arguments['to']!r} is not a party on record for this task"
     return None
+
+
+def _same(field: str, value: Any) -> str:
+    """How a narrowed argument compares with a fact: addresses without case, ids exactly."""
+    return str(value).strip().lower() if field == "to" else str(value).strip()
 
 
 def read_decision(data: bytes) -> ResolveInput | str:

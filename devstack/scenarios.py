@@ -39,12 +39,15 @@ def su_88421(order_id: str = "SU-88421", **model_options) -> TaskInput:
 
 
 def refund_8841(order_id: str = "ORD-8841", **model_options) -> TaskInput:
+    """The refund request; its facts name the items the scripted model is told to refund (`item_id`,
+    kettle-01 by default, and any `extra_refund_items`), since the facts bind the items (core/kinds.py)."""
+    items = [model_options.get("item_id") or "kettle-01", *model_options.get("extra_refund_items", [])]
     return TaskInput(
         task_id="refund-8841" if order_id == "ORD-8841" else f"refund-{order_id}", scenario="refund-8841",
         kind=TaskKind.REFUND_REQUEST,
         brief=(f"Refund request for order {order_id}: the kettle arrived dented. Look up the order, refund "
                "the kettle, write the confirmation on the order and notify the customer."),
-        facts={"order_id": order_id, "item_id": "kettle-01"}, model_options=model_options,
+        facts={"order_id": order_id, "item_id": ",".join(items)}, model_options=model_options,
     )
 
 
