@@ -46,12 +46,15 @@ def narrow(policy: Policy, task: TaskInput) -> Policy:
     })
 
 
-def out_of_scope(tool: str, arguments: dict[str, Any], facts: dict[str, str], policy: Policy) -> str | None:
+def out_of_scope(tool: str, arguments: dict[str, Any], facts: dict[str, str], policy: Policy,
+                 narrowed: bool = True) -> str | None:
     """Why a call reaches beyond its task's facts or parties, or None when it stays inside.
 
     The order or invoice the kind binds must be the task's own; an item, payee or recipient must
     be one the facts name, where they name any (core/kinds.py). The gate answers the model with the
-    reason (`out_of_scope`): what lies outside the facts is for a person to decide.
+    reason (`out_of_scope`): what lies outside the facts is for a person to decide. `narrowed=False`
+    checks the order, invoice and parties only, as before items were bound: for a workflow that
+    replays a history recorded then (`workflow.patched`).
     """
     kind = KINDS[policy.kind]
     for field in kind.binds:
@@ -60,7 +63,7 @@ def out_of_scope(tool: str, arguments: dict[str, Any], facts: dict[str, str], po
     for field in ("order_id", "invoice_id"):
         if field in arguments and field not in kind.binds:
             return f"a {policy.kind} task does not act on an {field}"
-    for field in kind.narrows:
+    for field in kind.narrows if narrowed else ():
         fact = FACT_OF_ARGUMENT.get(field, field)
         named = fact_values(facts, fact)
         if field in arguments and named and _same(field, arguments[field]) not in {_same(field, v) for v in named}:

@@ -40,6 +40,9 @@ def test_an_item_the_facts_name_binds_refunds_and_pickups(kind: TaskKind):
     assert out_of_scope("issue_refund", _refund("kettle-01,mugs-02"), facts, policy) is not None
     assert out_of_scope("issue_refund", _refund("KETTLE-01"), facts, policy) is not None, "ids compare exactly"
     assert out_of_scope("issue_refund", _refund("kettle-01", "ORD-1"), facts, policy) is not None
+    # as before items were bound, for histories recorded then: the order alone
+    assert out_of_scope("issue_refund", _refund("mugs-02"), facts, policy, narrowed=False) is None
+    assert out_of_scope("issue_refund", _refund("mugs-02", "ORD-1"), facts, policy, narrowed=False) is not None
     # the tools that name no item stay bound by the order alone
     assert out_of_scope("get_order", {"order_id": "ORD-8841"}, facts, policy) is None
     assert out_of_scope("notify_customer", {"order_id": "ORD-8841", "message": "hi"}, facts, policy) is None
