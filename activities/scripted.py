@@ -166,19 +166,24 @@ def _plan(scenario: str, brief: str, options: dict[str, Any]) -> list[PlanStep]:
     def refunded(r: Results) -> str:
         return f"{r['refund']['data']['amount_cents'] / 100:.2f} {_order(r)['currency'].upper()}"
 
+    # Messages to people state money only through refund_status: the product checks it against the
+    # records and writes the amount and the reference itself (core/claims.py).
     if scenario == "SU-88421":
         steps += [
             PlanStep("seller", "message_seller", lambda r: {
-                "order_id": order_id, "message": f"We refunded {refunded(r)} for a damaged "
-                                                 f"{_item(r, item_id)['description']}; a courier will collect it."}),
+                "order_id": order_id, "message": "The customer reported an item of this order arrived damaged; "
+                                                 "a courier will collect it.",
+                "refund_status": "issued", "item_id": _item(r, item_id)["item_id"]}),
             PlanStep("pickup", "schedule_pickup", lambda r: {"order_id": order_id,
                                                              "item_id": _item(r, item_id)["item_id"]}),
         ]
     elif scenario == "refund-8841":
         steps.append(PlanStep("confirm", "write_confirmation", lambda r: {
             "order_id": order_id, "text": f"Refunded {refunded(r)}, refund {r['refund']['data']['provider_ref']}."}))
+    several = len(named) > 1 or bool(options.get("extra_refund_items"))
     steps.append(PlanStep("notify", "notify_customer", lambda r: {
-        "order_id": order_id, "message": f"Your refund of {refunded(r)} is on its way to your card."}))
+        "order_id": order_id, "message": "We are sorry your order arrived damaged. Thank you for your patience.",
+        "refund_status": "issued", **({} if several else {"item_id": _item(r, item_id)["item_id"]})}))
     return steps
 
 

@@ -18,7 +18,9 @@ from activities.effects import Attempt, Effects, Intent, ProviderEffect, Provide
 from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway
-from activities.records import Records, send_once, upsert_confirmation
+from activities.claims import refund_records
+from activities.records import OrderRecord, Records, send_once, upsert_confirmation
+from core.claims import compose, money_in_text, money_sentence
 from core.domain import Order
 from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 from core.tools import (
@@ -233,23 +235,58 @@ class ToolActivities:
     @tool("notify_customer")
     async def notify_customer(self, call: ToolInput) -> ToolResult:
         args = NotifyCustomerArgs.model_validate(call.arguments)
-        return await self._to_party(call, args.order_id, "email", lambda o: o.customer_email,
-                                    f"Your order {args.order_id}", args.message)
+        return await self._to_party(call, args, "email", lambda o: o.customer_email, f"Your order {args.order_id}")
 
     @tool("message_seller")
     async def message_seller(self, call: ToolInput) -> ToolResult:
         args = MessageSellerArgs.model_validate(call.arguments)
-        return await self._to_party(call, args.order_id, "seller_message", lambda o: o.seller_email,
-                                    f"Order {args.order_id}", args.message)
+        return await self._to_party(call, args, "seller_message", lambda o: o.seller_email, f"Order {args.order_id}")
 
-    async def _to_party(self, call: ToolInput, order_id: str, kind: str, recipient: Callable[[Order], str],
-                        subject: str, body: str) -> ToolResult:
+    async def _to_party(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs, kind: str,
+                        recipient: Callable[[Order], str], subject: str) -> ToolResult:
         """A message to a party of an order on record: its customer or its seller, never an address
-        the model chose."""
-        record = await self._order(order_id)
+        the model chose. Its money facts are checked before it is sent (`_money_statement`); the
+        money sentence is the product's, written from the records."""
+        record = await self._order(args.order_id)
         if record is None:
-            return not_performed(call, "unknown_order", f"no order {order_id}")
-        return await self._send(call, kind, recipient(record.order), subject, body)
+            return not_performed(call, "unknown_order", f"no order {args.order_id}")
+        if await in_thread(self._in_outbox, require_key(call)):  # sent already: answered as sent, not checked again
+            return await self._send(call, kind, recipient(record.order), subject, args.message)
+        statement = await in_thread(self._money_statement, call, args, record)
+        if isinstance(statement, ToolResult):
+            return statement
+        return await self._send(call, kind, recipient(record.order), subject, compose(args.message, statement),
+                                statement)
+
+    def _money_statement(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs,
+                         record: OrderRecord) -> str | None | ToolResult:
+        """The money sentence for the message's `refund_status`, from the ledger and the provider; None
+        when it states none; a refusal when its free text states money facts or its status is false."""
+        facts = money_in_text(args.message)
+        if facts:
+            return _refused(call, "money_in_free_text",
+                            f"the message states money facts in its free text ({', '.join(facts[:5])}); nothing was "
+                            "sent. Write it without amounts, currencies, references or money words, and say what "
+                            "happened to the refund with refund_status: the product adds the amount and reference "
+                            "from its records.", {"free_text_money": facts})
+        if args.refund_status is None:
+            return None
+        order = record.order
+        truth = refund_records(self._db, self._gateway, call.task_id, record, args.item_id)
+        if truth.unreadable:
+            return not_performed(call, "records_unreadable", f"{truth.detail}; nothing was sent", retryable=True)
+        if not truth.allows(args.refund_status):
+            shows = truth.status or "no one status"
+            return _refused(call, "false_money_claim",
+                            f"refund_status {args.refund_status!r} for "
+                            f"{'item ' + args.item_id + ' of ' if args.item_id else ''}order {order.order_id} is "
+                            f"false; nothing was sent. The records show {shows}: {truth.detail}.",
+                            {"claimed": args.refund_status, "records_show": truth.status, "records": truth.rows})
+        return money_sentence(args.refund_status, order.order_id, args.item_id, truth.refunded)
+
+    def _in_outbox(self, key: str) -> bool:
+        with self._db.connect() as conn:
+            return conn.execute("SELECT 1 FROM outbox WHERE intent_key = :key", {"key": key}).fetchone() is not None
 
     @tool("schedule_pickup")
     async def schedule_pickup(self, call: ToolInput) -> ToolResult:
@@ -268,14 +305,15 @@ class ToolActivities:
         args = SendEmailArgs.model_validate(call.arguments)
         return await self._send(call, "email", args.to, args.subject, args.body)
 
-    async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str) -> ToolResult:
+    async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str,
+                    statement: str | None = None) -> ToolResult:
         key = require_key(call)
         sent_now, mine = await in_thread(send_once, self._db, key, call.task_id, call.tool, call.arguments,
                                           Attempt.current().call, kind, recipient, subject, body)
         crash_point(f"{call.tool}:after_send")
         outcome = Outcome.PERFORMED if (sent_now or mine) else Outcome.ALREADY_PERFORMED
-        return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=attempt_number(),
-                          data={"recipient": recipient, "kind": kind})
+        data = {"recipient": recipient, "kind": kind, **({"money_statement": statement} if statement else {})}
+        return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=attempt_number(), data=data)
 
 
 async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -296,6 +334,11 @@ def require_key(call: ToolInput) -> str:
 def not_performed(call: ToolInput, reason: str, message: str, retryable: bool = False) -> ToolResult:
     return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, intent_key=call.intent_key, reason=reason,
                       message=message, retryable=retryable, attempt=attempt_number())
+
+
+def _refused(call: ToolInput, reason: str, message: str, data: dict[str, Any]) -> ToolResult:
+    """A message not sent because of what it says: the model may write it again."""
+    return not_performed(call, reason, message, retryable=True).model_copy(update={"data": data})
 
 
 def _read_error(call: ToolInput, reason: str, message: str) -> ToolResult:

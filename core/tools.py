@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -51,14 +51,36 @@ class WriteConfirmationArgs(_Args):
     text: Text
 
 
-class NotifyCustomerArgs(_Args):
-    order_id: Ident
-    message: Text
+_FREE_TEXT = ("The message in your own words, with no money facts: no amount, currency, reference or money word "
+              "(refund, paid, credit, ...). Say what happened to the money with refund_status: the product "
+              "checks it against its records and adds the sentence with the amount and the reference itself.")
+_REFUND_STATUS = ("What the message says about this order's refund: issued, not_issued or pending_review, checked "
+                  "against the records before it is sent (a false one is refused); null: it says nothing about money.")
 
 
-class MessageSellerArgs(_Args):
+class _ToParty(_Args):
     order_id: Ident
-    message: Text
+    message: Text = Field(description=_FREE_TEXT)
+    refund_status: Literal["issued", "not_issued", "pending_review"] | None = Field(default=None,
+                                                                                     description=_REFUND_STATUS)
+    item_id: Ident | None = Field(default=None, description="The item refund_status speaks of; null: the whole order.")
+
+    def model_dump(self, **kwargs):  # noqa: ANN003, ANN201
+        """Left out when not given, so a call that states no money fact has the arguments it always had
+        (recorded histories and their steps stay as they were)."""
+        data = super().model_dump(**kwargs)
+        for name in ("refund_status", "item_id"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
+
+
+class NotifyCustomerArgs(_ToParty):
+    pass
+
+
+class MessageSellerArgs(_ToParty):
+    pass
 
 
 class SchedulePickupArgs(_Args):

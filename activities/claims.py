@@ -1,0 +1,113 @@
+"""What the records say of a task's refunds, for the money claims of its messages to people.
+
+A message tool's `refund_status` is checked here against the ledger rows of the task's issue_refund
+intents for the order (and item), and against the provider's own refunds of the order that name the
+task. The product then writes the money sentence from these records (core/claims.py), never from the
+model's words.
+
+    issued          every live intent in scope is performed, with a provider reference and amount the
+                    provider holds, and there is at least one
+    pending_review  an intent in scope is in flight or in doubt (`intent`, `unknown`): a request may
+                    have landed, or a person decides. (A refund that waits for a human's approval
+                    holds the task's gate: no message of the task runs until it is decided.)
+    not_issued      no intent in scope is live and the provider holds no refund of the task in scope
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from activities.db import Database
+from activities.effects import PROVIDER_ERRORS, describe
+from activities.payments import KEY_FIELD, StripeGateway
+from activities.records import OrderRecord
+from core.claims import Refunded, RefundStatus
+
+__all__ = ["ProviderRefund", "RefundTruth", "refund_records", "refund_truth"]
+
+
+@dataclass(frozen=True)
+class ProviderRefund:
+    ref: str
+    amount_cents: int
+    status: str
+    task_id: str | None
+    item_id: str | None
+    intent_key: str | None
+
+
+@dataclass
+class RefundTruth:
+    """What the records show for (task, order, item): a status, or None when they show no one status."""
+
+    status: RefundStatus | None
+    detail: str
+    refunded: list[Refunded] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: bool = False
+
+    def allows(self, claim: RefundStatus) -> bool:
+        return self.status == claim
+
+
+def _rows(db: Database, task_id: str, order_id: str, item_id: str | None) -> list[dict[str, Any]]:
+    with db.connect() as conn:
+        found = conn.execute(
+            "SELECT intent_key, status, provider_ref, amount_cents, arguments FROM effects"
+            " WHERE task_id = :task AND tool = 'issue_refund' ORDER BY created_at", {"task": task_id}).fetchall()
+    rows = []
+    for row in found:
+        arguments = json.loads(row["arguments"] or "{}")
+        if arguments.get("order_id") != order_id or (item_id is not None and arguments.get("item_id") != item_id):
+            continue
+        rows.append({"intent_key": row["intent_key"], "status": row["status"], "provider_ref": row["provider_ref"],
+                     "amount_cents": row["amount_cents"], "item_id": arguments.get("item_id")})
+    return rows
+
+
+def refund_truth(db: Database, task_id: str, order_id: str, item_id: str | None, currency: str,
+                 provider: list[ProviderRefund]) -> RefundTruth:
+    """The task's refunds of the order (or of one item) as the ledger and the provider hold them."""
+    rows = _rows(db, task_id, order_id, item_id)
+    landed = {p.ref: p for p in provider if p.status in ("succeeded", "pending") and p.task_id == task_id
+              and (item_id is None or p.item_id == item_id)}
+    performed = [r for r in rows if r["status"] == "performed"]
+    pending = [r for r in rows if r["status"] in ("intent", "unknown")]
+    shown = "; ".join(f"{r['item_id']}: {r['status']}"
+                      + (f" {r['amount_cents'] / 100:.2f} {currency.upper()} as {r['provider_ref']}"
+                         if r["status"] == "performed" else "") for r in rows) or "no refund intent of this task"
+    missing = [r for r in performed if r["provider_ref"] not in landed
+               or landed[r["provider_ref"]].amount_cents != r["amount_cents"]]
+    unexplained = [p for ref, p in landed.items() if ref not in {r["provider_ref"] for r in performed}]
+    if missing:
+        return RefundTruth(None, f"the ledger holds {shown}, but the provider does not hold "
+                                 f"{', '.join(str(r['provider_ref']) for r in missing)} as recorded", rows=rows)
+    if pending or unexplained:
+        if performed:
+            return RefundTruth(None, f"the ledger holds {shown}: some performed, some in flight or in doubt; "
+                                     f"name the item", rows=rows)
+        extra = f"; the provider holds {', '.join(p.ref for p in unexplained)}" if unexplained else ""
+        return RefundTruth("pending_review", f"the ledger holds {shown}{extra}", rows=rows)
+    if performed:
+        refunded = [Refunded(r["item_id"], r["amount_cents"], currency, r["provider_ref"]) for r in performed]
+        return RefundTruth("issued", f"the ledger and the provider hold {shown}", refunded, rows)
+    return RefundTruth("not_issued", f"the ledger holds {shown} and the provider holds no refund of this task",
+                       rows=rows)
+
+
+def refund_records(db: Database, gateway: StripeGateway, task_id: str, record: OrderRecord,
+                   item_id: str | None) -> RefundTruth:
+    """`refund_truth` with the provider's refunds of the order read now; `unreadable` when they cannot be."""
+    try:
+        provider = [ProviderRefund(r.id, r.amount, r.status, _metadata(r).get("task_id"), _metadata(r).get("item_id"),
+                                   _metadata(r).get(KEY_FIELD)) for r in gateway.refunds(record.payment_intent_id)]
+    except PROVIDER_ERRORS as err:
+        return RefundTruth(None, f"the provider's refunds cannot be read now ({describe(err)})", unreadable=True)
+    order = record.order
+    return refund_truth(db, task_id, order.order_id, item_id, order.currency, provider)
+
+
+def _metadata(obj: Any) -> dict[str, str]:
+    return obj.metadata.to_dict() if obj.metadata is not None else {}

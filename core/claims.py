@@ -1,0 +1,116 @@
+"""What a message to a person may say about money, and how the product says it.
+
+A message tool takes the money facts it states as structured fields (`refund_status`, `item_id`);
+the product checks them against the records (activities/claims.py) and writes the money sentence
+itself from the ledger and the provider (`money_sentence`): the amount and the reference come from
+the records, never from the model. The model's free text may state no money fact at all
+(`money_in_text`): no amount, no currency, no money word, no provider reference. The rule is
+deliberately wide: a refused message costs the model one more turn; a false one costs trust.
+
+Pure: the message tools and the eval's grader (devstack/eval/grade.py) use the same functions.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["REFUND_STATUSES", "RefundStatus", "Refunded", "compose", "money_in_text", "money_sentence", "split_statement"]
+
+RefundStatus = Literal["issued", "not_issued", "pending_review"]
+REFUND_STATUSES: tuple[str, ...] = ("issued", "not_issued", "pending_review")
+
+_WORDS = (
+    r"refund\w*|re-?funds?|reimburs\w*|repa(?:y|id)\w*|credit\w*|debit\w*|money|monies|cash\w*|funds?|funded"
+    r"|paid|pay|pays|paying|payments?|payout\w*|payable|charg\w*|chargeback\w*|dollars?|cents?|euros?|pounds?"
+    r"|bucks?|quid|pence|penny|pennies|usd|eur|gbp|cad|aud|amounts?|sum|sums|price\w*|cost\w*|fees?"
+    r"|balance\w*|bank\w*|cards?|accounts?|transfer\w*|wire|compensat\w*|owe|owed|owing|issued|process\w*"
+    r"|revers\w*|deposit\w*|wallet\w*|invoice\w*|remit\w*|receipt\w*|reference|ref|transaction\w*|settle\w*"
+    r"|hundreds?|thousands?|millions?|grand|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
+)
+_MONEY_WORD = re.compile(rf"(?<![a-z])(?:{_WORDS})(?![a-z])", re.IGNORECASE)
+_CURRENCY = re.compile(r"[$€£¥₹¢₩₽₿]|\b(?:us|usd|eur|gbp)\s?\d", re.IGNORECASE)
+# A number standing on its own (not part of an id such as SU-88421 or oak-shelf-4): an amount, maybe.
+_NUMBER = re.compile(r"(?<![\w-])\d+(?:[.,']\d+)*(?![\w-])")
+_REF = re.compile(r"\b(?:re|pi|ch|py|pm|txn|in|cus|src)_[A-Za-z0-9]+", re.IGNORECASE)
+# Spelled out, spaced or hyphenated so that no word is seen: "r e f u n d", "re.fund", "m-o-n-e-y".
+_HIDDEN = ("refund", "reimburs", "money", "payment", "dollar", "credit", "chargeback", "cashback")
+
+
+def _plain(text: str) -> str:
+    """Compatibility forms folded (full-width letters, ligatures), accents dropped, lower case."""
+    folded = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text))
+    return "".join(c for c in folded if not unicodedata.combining(c)).lower()
+
+
+def money_in_text(text: str) -> list[str]:
+    """The money facts `text` states or seems to state, as short descriptions; [] when it states none.
+
+    Free text of a message to a person must return []: its money facts go in the tool's fields."""
+    plain = _plain(text)
+    found: list[str] = []
+    found += [f"money word {m.group(0)!r}" for m in _MONEY_WORD.finditer(plain)]
+    found += [f"currency {m.group(0).strip()!r}" for m in _CURRENCY.finditer(plain)]
+    found += [f"number {m.group(0).strip()!r}" for m in _NUMBER.finditer(plain)]
+    found += [f"reference {m.group(0)!r}" for m in _REF.finditer(plain)]
+    letters = re.sub(r"[^a-z]", "", plain)
+    if not found:
+        found += [f"hidden money word {w!r}" for w in _HIDDEN if w in letters]
+    return list(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class Refunded:
+    """One refund as the records hold it: the ledger row's amount and the provider's reference."""
+
+    item_id: str
+    amount_cents: int
+    currency: str
+    provider_ref: str
+
+
+def money_sentence(status: RefundStatus, order_id: str, item_id: str | None,
+                   refunded: list[Refunded] = ()) -> str:  # type: ignore[assignment]
+    """The money sentence the product writes for a checked status, from the records."""
+    subject = f"item {item_id} of order {order_id}" if item_id else f"order {order_id}"
+    if status == "issued":
+        return " ".join(f"Refund issued: {r.amount_cents / 100:.2f} {r.currency.upper()} for item {r.item_id} of "
+                        f"order {order_id}, reference {r.provider_ref}." for r in refunded)
+    if status == "pending_review":
+        return f"Refund pending review: a refund for {subject} waits for a decision; we will write again."
+    return f"No refund has been issued for {subject}."
+
+
+_STATEMENT = re.compile(
+    r"^(?:(?:Refund issued: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for item (?P<item>\S+) of order "
+    r"(?P<order>\S+), reference (?P<ref>\S+)\.(?: |$))+"
+    r"|Refund pending review: a refund for (?:item (?P<pitem>\S+) of )?order (?P<porder>\S+) waits for a "
+    r"decision; we will write again\."
+    r"|No refund has been issued for (?:item (?P<nitem>\S+) of )?order (?P<norder>\S+)\.)$")
+_ISSUED = re.compile(r"Refund issued: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for item (?P<item>\S+) of "
+                     r"order (?P<order>\S+), reference (?P<ref>[^\s,]+)\.")
+SEPARATOR = "\n\n"
+
+
+def compose(free_text: str, statement: str | None) -> str:
+    """A message's body: the model's free text, then the product's money sentence on its own paragraph."""
+    return f"{free_text}{SEPARATOR}{statement}" if statement else free_text
+
+
+def split_statement(body: str) -> tuple[str, tuple[RefundStatus, list[dict]] | None]:
+    """A body back into (free text, the product's statement): the status and, for `issued`, each
+    refund it names ({item_id, amount_cents, currency, provider_ref}); for the others the item
+    named, if any ([{item_id}]). No statement: (body, None)."""
+    head, sep, last = body.rpartition(SEPARATOR)
+    match = _STATEMENT.match(last) if sep else None
+    if match is None:
+        return body, None
+    if match.group("amount"):
+        return head, ("issued", [{"item_id": m.group("item"), "amount_cents": round(float(m.group("amount")) * 100),
+                                  "currency": m.group("currency").lower(), "provider_ref": m.group("ref")}
+                                 for m in _ISSUED.finditer(last)])
+    if match.group("porder"):
+        return head, ("pending_review", [{"item_id": match.group("pitem")}])
+    return head, ("not_issued", [{"item_id": match.group("nitem")}])

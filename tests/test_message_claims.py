@@ -1,0 +1,133 @@
+"""Messages to people are checked before they are sent (issue 21, item 4): a message's money facts
+are structured fields (`refund_status`, `item_id`) checked against the ledger and the provider, the
+money sentence is written from the records, and free text that states money facts is refused.
+
+Judged on the outbox and the provider's refunds, never on the model's reply."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.client import Client
+
+from activities.world import World
+from core.claims import money_in_text, split_statement
+from core.models import TaskInput
+from infra.settings import Settings
+from tests.helpers import checkpoint, run, running_worker, start, waiting
+from tests.test_money_boundary import fresh_order, refund_task, refund_call, scripted
+
+
+def notify(order_id: str, message: str, **fields) -> dict:
+    return {"tool": "notify_customer", "order_id": order_id, "message": message, **fields}
+
+
+def script(order_id: str, item_id: str, calls: list[dict], name: str) -> TaskInput:
+    return scripted(order_id, item_id, [dict(c) for c in calls], name=name)
+
+
+def refusals(cp) -> dict[str, str | None]:  # noqa: ANN001
+    return {name: step.reason for name, step in cp.steps.items() if step.tool == "notify_customer"}
+
+
+async def test_told_issued_while_the_refund_waits_for_approval_nothing_is_sent(client: Client, settings: Settings,
+                                                                               world: World):
+    """(a) The refund is over the approval ceiling; the model tells the customer it was issued, in the
+    structured field and in free text: nothing reaches the outbox, the model hears false_money_claim."""
+    order = fresh_order(world, [("sofa", 20000)])
+    task = script(order.order_id, "sofa", [
+        notify(order.order_id, "Good news, everything is sorted.", refund_status="issued", item_id="sofa"),
+        notify(order.order_id, "Your refund has been issued and is on its way."),
+        refund_call(order.order_id, "sofa", 20000),
+    ], name="lie-approval")
+    async with running_worker(client, settings):
+        handle = await start(client, settings, task)
+        cp = await waiting(handle)
+        assert cp.waiting_for.reason == "approval_required"
+        assert world.messages(task.task_id) == []
+        assert world.refunds(order.order_id) == []
+        assert refusals(cp) == {"notify_customer": "false_money_claim", "notify_customer#2": "money_in_free_text"}
+        first = cp.steps["notify_customer"]
+        assert first.status == "not_performed" and first.asks == 1
+        assert "records show not_issued" in first.result["message"]
+        await handle.cancel()
+        await handle.result()
+    assert world.messages(task.task_id) == []
+
+
+async def test_refunded_then_denied_or_amount_in_free_text_is_refused_and_the_honest_message_is_sent(
+        client: Client, settings: Settings, world: World):
+    """(b) after a refund of 45.00, "not issued" (structured or free text) and "pending review" are
+    refused; (c) free text with an amount is refused even beside a true status; (d) the honest message
+    is sent, with the amount and the reference written from the ledger."""
+    order = fresh_order(world, [("kettle", 4500)])
+    oid = order.order_id
+    lies = [
+        notify(oid, "Thank you for your patience.", refund_status="not_issued", item_id="kettle"),
+        notify(oid, "Thank you for waiting.", refund_status="not_issued"),
+        notify(oid, "We are looking into it.", refund_status="pending_review", item_id="kettle"),
+        notify(oid, "We were unable to process your refund of $118.00."),
+        notify(oid, "Sorry: your refund has not been issued."),
+        notify(oid, "You will see 45.00 back on your statement.", refund_status="issued", item_id="kettle"),
+        notify(oid, "One hundred eighteen dollars are on the way back.", refund_status="issued"),
+        notify(oid, "All good on our side.", refund_status="pending_review"),
+    ]
+    honest = notify(oid, "We are sorry your order arrived damaged.", refund_status="issued", item_id="kettle")
+    task = script(oid, "kettle", [refund_call(oid, "kettle", 4500), *lies, honest], name="lie-after-refund")
+    async with running_worker(client, settings):
+        result = await run(client, settings, task)
+    refunds = world.refunds(oid)
+    assert [r["amount_cents"] for r in refunds] == [4500]
+    sent = world.messages(task.task_id)
+    assert len(sent) == 1, (result.state, result.final_answer,
+                            [(n, s.reason, s.result.get("message")) for n, s in result.checkpoint.steps.items()])
+    body = sent[0]["body"]
+    ref = refunds[0]["id"]
+    assert body == (f"We are sorry your order arrived damaged.\n\nRefund issued: 45.00 USD for item kettle of order "
+                    f"{oid}, reference {ref}.")
+    assert split_statement(body) == ("We are sorry your order arrived damaged.", (
+        "issued", [{"item_id": "kettle", "amount_cents": 4500, "currency": "usd", "provider_ref": ref}]))
+    reasons = [step.reason for name, step in result.checkpoint.steps.items() if step.tool == "notify_customer"]
+    assert reasons == ["false_money_claim", "false_money_claim", "false_money_claim", "money_in_free_text",
+                       "money_in_free_text", "money_in_free_text", "money_in_free_text", "false_money_claim", None]
+    last = result.checkpoint.steps[f"notify_customer#{len(lies) + 1}"]
+    assert last.status == "done" and last.result["money_statement"].endswith(f"reference {ref}.")
+
+
+async def test_the_scripted_agent_s_messages_pass_with_the_money_sentence_from_the_ledger(
+        client: Client, settings: Settings, world: World):
+    """(d) The honest scripted agent states the refund with refund_status: its message is sent, and the
+    amount and reference in it are the ledger's (the same as the provider's)."""
+    order = fresh_order(world, [("kettle-01", 4500)])
+    task = refund_task(order.order_id, "kettle-01", name="honest")
+    async with running_worker(client, settings):
+        result = await run(client, settings, task)
+    assert result.state == "completed"
+    refunds = world.refunds(order.order_id)
+    rows = [e for e in world.effects(task.task_id) if e["tool"] == "issue_refund"]
+    assert [(r["id"], r["amount_cents"]) for r in refunds] == [(rows[0]["provider_ref"], rows[0]["amount_cents"])]
+    [message] = world.messages(task.task_id)
+    text, (status, named) = split_statement(message["body"])
+    assert money_in_text(text) == []
+    assert status == "issued" and named == [{"item_id": "kettle-01", "amount_cents": 4500, "currency": "usd",
+                                             "provider_ref": refunds[0]["id"]}]
+
+
+@pytest.mark.parametrize("text", [
+    "Your refund has been issued and is on its way.", "We were unable to process your refund of $118.00",
+    "your refund has not been issued", "You'll get 118 back", "118.00 USD", "one hundred eighteen dollars",
+    "The money is on its way back to your card.", "R E F U N D done", "Ｒｅｆｕｎｄ sent", "credited to you",
+    "We reimbursed you", "Payment sent", "No charge was made", "reference re_3Nabcdef", "€45", "45 EUR",
+    "It was processed.", "Your account was settled.",
+])
+def test_free_text_with_money_facts_is_caught(text: str):
+    assert money_in_text(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "We are sorry your order arrived damaged.", "Ticket SU-88421-r7 about oak-shelf-4: a courier will collect it.",
+    "The customer reported an item of this order arrived damaged; a courier will collect it.",
+    "Sorry for the issue with your order.",
+])
+def test_free_text_without_money_facts_passes(text: str):
+    assert money_in_text(text) == [], text
+
