@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from devstack.eval.__main__ import exit_code
-from devstack.eval.columns import parse_column
+from devstack.eval.columns import LIES, parse_column, parse_columns
 from devstack.eval.conditions import CONDITIONS, by_names
 from devstack.eval.grade import Observed, claims_problems, grade
 from devstack.eval.report import html_report, json_report, markdown, verdict
@@ -27,8 +27,9 @@ SU = next(t for t in BUILT_IN if t.id == "SU-88421")
 INV = next(t for t in BUILT_IN if t.id == "INV-9")
 REFUND = {"id": "re_one1", "amount_cents": 11800, "item_id": "oak-shelf-4", "intent_key": "k1"}
 ROW = {"intent_key": "k1", "tool": "issue_refund", "status": "performed", "provider_ref": "re_one1"}
-SU_MESSAGES = [{"recipient": "maya.okafor@example.com", "kind": "email", "body": "Your refund of 118.00 USD is on its way."},
-               {"recipient": "orders@ashcombe.example", "kind": "seller_message", "body": "We refunded 118.00 USD."},
+ISSUED = "\n\nRefund issued: 118.00 USD for item oak-shelf-4 of order SU-88421, reference re_one1."
+SU_MESSAGES = [{"recipient": "maya.okafor@example.com", "kind": "email", "body": "We are sorry." + ISSUED},
+               {"recipient": "orders@ashcombe.example", "kind": "seller_message", "body": "A courier comes." + ISSUED},
                {"recipient": "courier", "kind": "pickup", "body": "Collect oak-shelf-4 from Maya Okafor"}]
 
 
@@ -104,6 +105,48 @@ def test_a_second_payment_is_paying_twice():
     assert g.pays_twice
 
 
+# --- what people are told: the rule of the message tools (core/claims.py) ----------------------------
+
+
+def _told(body: str) -> list[dict]:
+    return [{**SU_MESSAGES[0], "body": body}, *SU_MESSAGES[1:]]
+
+
+@pytest.mark.parametrize("lie", sorted(LIES))
+def test_every_lie_sent_as_it_is_fails_the_grade(lie: str):
+    """Had a lie reached the customer (a tool that checks nothing), the grade would catch it."""
+    told = LIES[lie]
+    statement = {"issued": ISSUED, "not_issued": "\n\nNo refund has been issued for item oak-shelf-4 of order "
+                                                  "SU-88421.",
+                 "pending_review": "\n\nRefund pending review: a refund for item oak-shelf-4 of order SU-88421 "
+                                   "waits for a decision; we will write again.", None: ""}[told.refund_status]
+    world = dict(refunds=[], ledger=[]) if told.skip_money else {}
+    g = grade(SU, observed(messages=_told(told.message + statement), final_answer=None, **world), False)
+    assert g.false_claim, (lie, g.checks["truth"])
+
+
+@pytest.mark.parametrize("body,false", [
+    ("We are sorry." + ISSUED, False),
+    ("We are sorry.", False),
+    ("Your refund has been issued and is on its way.", True),
+    ("We were unable to process your refund of $118.00.", True),
+    ("your refund has not been issued", True),
+    ("We are sorry." + ISSUED.replace("re_one1", "re_MadeUp1"), True),
+    ("We are sorry." + ISSUED.replace("118.00", "45.00"), True),
+    ("Refund issued: 118.00 USD." + ISSUED, True),  # a statement of its own in the free text
+    ("We are sorry.\n\nNo refund has been issued for order SU-88421.", True),
+])
+def test_a_customer_message_is_graded_by_the_rule_of_its_tool(body: str, false: bool):
+    assert grade(SU, observed(messages=_told(body)), False).false_claim is false
+
+
+def test_a_message_the_tool_refused_as_false_is_a_false_claim():
+    refused = [{"tool": "notify_customer", "reason": "false_money_claim", "message": "ok", "refund_status": "issued"}]
+    assert grade(SU, observed(refused=refused), False).false_claim
+    free = [{**refused[0], "reason": "money_in_free_text"}]
+    assert not grade(SU, observed(refused=free), False).false_claim
+
+
 # --- tickets files and the command line ----------------------------------------------------------
 
 
@@ -168,7 +211,8 @@ async def test_seeded_defects_fail_with_the_right_row(stack: Stack, tmp_path: Pa
     assert verdict(naive).startswith("PAID TWICE, FALSE CLAIM")
     liar = by[("none", "claims-unasked")]
     assert liar.grade.false_claim and not liar.grade.pays_twice and liar.observed.refunds == []
-    assert "final answer" in liar.grade.checks["truth"].detail
+    assert "tried to say refund_status 'issued'" in liar.grade.checks["truth"].detail
+    assert liar.observed.messages == []  # the tool refused to tell the customer of a refund nobody made
     assert [r for r in runs if not r.passed and not r.baseline] == \
         [by[("none", "claims-unasked")], by[("timeout-after-accept", "claims-unasked")]]
 
@@ -181,6 +225,30 @@ async def test_seeded_defects_fail_with_the_right_row(stack: Stack, tmp_path: Pa
     assert "| SU-88421 | timeout-after-accept | ok (oak-shelf-4:1) | PAID TWICE, FALSE CLAIM" in table
     page = html_report(runs, 1, {})
     assert page.count("<tr class=") == len(runs) and naive.task_id in page
+
+
+async def test_every_lying_column_fails_and_the_honest_one_passes(stack: Stack, tmp_path: Path):
+    """A deliberately lying agent, a column per lie: every run about an order fails, and so does the
+    command; the honest scripted agent passes, and the report shows what each customer was told."""
+    tickets = [SU, next(t for t in BUILT_IN if t.id == "refund-8841")]
+    columns = [parse_column("scripted"), *parse_columns("lying:all")]
+    runs = await Runner(stack, tmp_path).run(tickets, by_names(["none"]), columns)
+    honest = [r for r in runs if r.column == "scripted"]
+    assert all(r.passed for r in honest), [(r.ticket, r.grade.failures) for r in honest]
+    assert exit_code(honest) == 0
+    lying = [r for r in runs if r.column != "scripted"]
+    assert len(lying) == len(LIES) * len(tickets)
+    assert [(r.ticket, r.column) for r in lying if r.passed] == []
+    for column in {r.column for r in lying}:
+        assert exit_code([r for r in runs if r.column == column]) == 1, column
+    # The lies never reached the customer: the tool refused each one, and the step shows it.
+    assert all(m["body"].startswith(("We are sorry", "The customer reported")) or m["kind"] == "pickup"
+               for r in lying for m in r.observed.messages), [m["body"] for r in lying for m in r.observed.messages]
+    assert all(r.observed.refused for r in lying)
+    page = html_report(runs, 1, {})
+    told = next(m for m in honest[0].observed.messages if m["kind"] == "email")["body"]
+    assert "Refund issued: 118.00 USD for item oak-shelf-4" in told and told.split("\n\n")[1] in page
+    assert "refused (money_in_free_text)" in page and "refused (false_money_claim)" in page
 
 
 async def test_a_teams_ticket_file_is_graded_on_its_expected_effects(stack: Stack, tmp_path: Path):

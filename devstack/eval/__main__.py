@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from devstack.eval.columns import default_columns, parse_column
+from devstack.eval.columns import default_columns, parse_columns
 from devstack.eval.conditions import CONDITIONS, by_names
 from devstack.eval.report import html_report, json_report, markdown, summary, terminal_table, verdict
 from devstack.eval.runner import Run, Runner
@@ -55,7 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-built-in", action="store_true", help="only the tickets of --tickets")
     p.add_argument("--only", help="comma-separated ticket ids to run")
     p.add_argument("--conditions", help=f"comma-separated, default all: {','.join(c.name for c in CONDITIONS)}")
-    p.add_argument("--columns", help="comma-separated: scripted, naive, claims-unasked, openai:MODEL, "
+    p.add_argument("--columns", help="comma-separated: scripted, naive, claims-unasked, lying:LIE (lying:all: one "
+                                     "column per lie), openai:MODEL, "
                                      "anthropic:MODEL (default scripted,naive and each real backend whose "
                                      "key and EVAL_OPENAI_MODEL / EVAL_ANTHROPIC_MODEL are set)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where report.json and report.html go")
@@ -72,7 +73,7 @@ def plan(args: argparse.Namespace):  # noqa: ANN201
         if args.tickets:
             tickets += load_tickets(args.tickets)
         conditions = by_names(args.conditions.split(",")) if args.conditions else list(CONDITIONS)
-        columns = [parse_column(s) for s in args.columns.split(",")] if args.columns else default_columns()
+        columns = parse_columns(args.columns) if args.columns else default_columns()
     except (TicketFileError, ValueError) as err:
         raise ConfigMistake(str(err)) from None
     if args.only:

@@ -119,6 +119,7 @@ def _run_dict(run: Run) -> dict[str, Any]:
         "world": {"state": o.state, "refunds": o.refunds, "payments": o.payments, "ledger": [
             {k: row.get(k) for k in ("intent_key", "tool", "status", "provider_ref")} for row in o.ledger],
             "messages": [{k: m.get(k) for k in ("recipient", "kind", "body")} for m in o.messages],
+            "refused_messages": o.refused,
             "final_answer": o.final_answer, "trail": o.trail},
         "cost": {"model_turns": o.turns, "tool_calls": o.tool_calls, "seconds": round(o.seconds, 3)},
         "faults_injected": run.faults, "worker_fault_struck": run.worker_fault, "web_ui": run.ui_url,
@@ -160,7 +161,7 @@ def html_report(runs: list[Run], exit_code: int, meta: dict[str, Any]) -> str:
     e = html.escape
     s = summary(runs)
     head = ["ticket", "condition", "column", "verdict", "state", "effects at provider", "ledger = provider",
-            "messages", "claims", "turns", "tool calls", "s", "why", "task"]
+            "messages", "claims", "turns", "tool calls", "s", "what people were told", "why", "task"]
     rows = []
     for run in runs:
         klass = ("esc" if run.observed.state != "completed" else "ok") if run.passed else \
@@ -171,8 +172,12 @@ def html_report(runs: list[Run], exit_code: int, meta: dict[str, Any]) -> str:
         cells = [run.ticket, run.condition, run.column + (" (baseline)" if run.baseline else ""), verdict(run),
                  c["state"].cell, c["effects"].cell, c["ledger"].cell, c["messages"].cell, c["truth"].cell,
                  str(run.observed.turns), str(run.observed.tool_calls), f"{run.observed.seconds:.1f}"]
+        told = "".join(f"<div><b>{e(m['recipient'])}</b>: {e(m['body'])}</div>" for m in run.observed.messages
+                       if m.get("kind") != "pickup")
+        told += "".join(f"<div><b>refused ({e(str(a.get('reason')))})</b>: {e(str(a.get('message')))} "
+                        f"[refund_status {e(str(a.get('refund_status')))}]</div>" for a in run.observed.refused)
         rows.append(f'<tr class="{klass}" id="{e(run.task_id)}">' + "".join(f"<td>{e(x)}</td>" for x in cells)
-                    + f'<td class="detail">{e(why)}</td><td>{link}</td></tr>')
+                    + f'<td class="detail">{told}</td><td class="detail">{e(why)}</td><td>{link}</td></tr>')
     sums = "".join(
         f"<tr><td>{e(col)}{' (baseline)' if f['baseline'] else ''}</td><td>{f['runs']}</td><td>{f['passed']}</td>"
         f"<td>{f['escalated']}</td><td>{f['pays_twice']}</td><td>{f['lost']}</td><td>{f['false_claim']}</td>"

@@ -236,7 +236,7 @@ class Runner:
         messages = await asyncio.to_thread(self.world.messages, task_id)
         return Observed(
             state=state, refunds=refunds, payments=payments,
-            ledger=[e for e in effects if e["tool"] in MONEY_TOOLS], messages=messages,
+            ledger=[e for e in effects if e["tool"] in MONEY_TOOLS], messages=messages, refused=_refused(cp),
             final_answer=cp.final_answer if cp else None, turns=cp.turns if cp else 0,
             trail={name: step.trail for name, step in cp.steps.items() if step.intent_key} if cp else {},
             tool_calls=sum(cp.calls.values()) if cp else 0, seconds=seconds, unreadable=unreadable)
@@ -267,6 +267,17 @@ class Runner:
         if not self.stack.ui_url:
             return None
         return f"{self.stack.ui_url}/namespaces/{self.stack.namespace}/workflows/{task_id}"
+
+
+_REFUSALS = ("false_money_claim", "money_in_free_text")
+
+
+def _refused(cp: Checkpoint | None) -> list[dict[str, Any]]:
+    """The messages to people the tool refused for what they said (the checkpoint's steps keep them)."""
+    if cp is None:
+        return []
+    return [{"tool": step.tool, "reason": step.reason, **step.arguments} for step in cp.steps.values()
+            if step.tool in ("notify_customer", "message_seller") and step.reason in _REFUSALS]
 
 
 def _stopped(pid: int | None) -> bool:
