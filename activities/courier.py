@@ -21,7 +21,7 @@ import requests
 from activities.db import Database
 from activities.effects import Ambiguous, Effects, Intent, ProviderEffect, ProviderTerms, Rejected
 from activities.ledger import EffectLedger, Hold
-from activities.payments import check_send_by, never_sent
+from activities.payments import fenced_session, never_sent
 from activities.records import Records
 from activities.tools import not_performed, require_key, tool, tool_activities
 from core.models import ToolInput, ToolResult
@@ -40,10 +40,9 @@ class CourierGateway:
     def __init__(self, base_url: str, timeout_seconds: float = 5.0) -> None:
         self._base = base_url.rstrip("/")
         self._timeout = timeout_seconds
-        self._http = requests.Session()
+        self._http = fenced_session()
 
     def book(self, order_id: str, item_id: str, contact: str, client_reference: str) -> dict[str, Any]:
-        check_send_by("POST /v1/pickups")
         body = {"order_id": order_id, "item_id": item_id, "contact": contact, "client_reference": client_reference}
         return self._call("POST", "/v1/pickups", json=body)
 

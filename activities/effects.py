@@ -49,7 +49,8 @@ from activities.ledger import (
     Settled,
 )
 from activities.payments import NotSent, send_before
-from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
+from infra.redact import redact
+from core.models import IntentView, Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult, WorldStatus
 
 
 class ProviderError(Exception):
@@ -179,10 +180,47 @@ class Effects:
             found.amount_cents if found else None,
             {"decided_by": settle.decided_by, "note": settle.note[:500], "source": "human"},
             settle.task_id, settle.tool, settle.arguments, f"human:{settle.decided_by}")
+        if effect.status != settle.status and settle.status == "not_performed" and effect.horizon > time.time():
+            return SettleVerdict(applied=False, why=f"a request of this intent may still land until "
+                                                    f"{_clock(effect.horizon)}: nothing is decided before then")
         if effect.status != settle.status or (found and effect.provider_ref != found.ref):
             return SettleVerdict(applied=False, why=f"the ledger holds this intent as {effect.status} "
                                                     f"({effect.provider_ref}); performed is final")
         return SettleVerdict(applied=True)
+
+    def inspect(self, key: str, records: Callable[[], list[ProviderEffect]] | None) -> IntentView:
+        """What the ledger and the provider show for an intent now: read before a person is asked about
+        it and before their answer is kept. `records` is None for effects with no provider to read (the
+        outbox commits with the ledger row). Moves the ledger only towards what the provider shows."""
+        now = time.time()
+        row = self._ledger.get(key)
+        mine, unreadable = None, None
+        if records is not None and row is not None and row.status != "performed":
+            try:
+                mine = _match(records(), key)
+            except PROVIDER_ERRORS as err:
+                unreadable = describe(err)
+        if mine is not None:
+            row = self._ledger.found(key, mine.ref, mine.amount_cents,
+                                     {"status": mine.status, "verified_by": "inspection"}) or row
+            return _view("performed", now, f"the provider holds it as {mine.ref} ({mine.amount_cents})",
+                         mine.ref, mine.amount_cents, row.task_id if row else None)
+        if row is None:
+            return _view("not_performed", now, "no request of it was ever claimed")
+        if row.status == "performed":
+            return _view("performed", now, f"the ledger holds it as performed ({row.provider_ref})",
+                         row.provider_ref, row.amount_cents, row.task_id)
+        if row.status == "not_performed":  # only a definite answer or a person after the horizon writes it
+            return _view("not_performed", now, "the ledger holds it as not performed")
+        if row.horizon > now:
+            return _view("in_flight", now, f"a request may still land until {_clock(row.horizon)}",
+                         until=row.horizon)
+        if records is None or unreadable is not None:
+            return _view("unknown", now, f"the ledger holds it as {row.status} and the provider's records cannot be "
+                                         f"read{': ' + unreadable if unreadable else ''}")
+        self._ledger.unseen(row, {"reason": "not_found_after_horizon", "verified_by": "inspection"}, now)
+        return _view("not_performed", now, f"the provider shows nothing of it after its horizon "
+                                           f"({_clock(row.horizon)})")
 
     def _contradiction(self, settle: SettleInput, records: list[ProviderEffect],
                        resources: tuple[str, ...]) -> str | None:
@@ -227,7 +265,7 @@ class Effects:
         except AMBIGUOUS as err:
             return self._after_ambiguous(intent, attempt, effect, describe(err))
         except PROVIDER_ERRORS as err:
-            message = str(getattr(err, "user_message", None) or describe(err))
+            message = redact(str(getattr(err, "user_message", None) or describe(err)))
             self._ledger.not_performed(effect, {"reason": "provider_rejected", "message": message})
             return _not_performed(intent.call, attempt, "provider_rejected", message)
         crash_point(f"{intent.call.tool}:after_provider")
@@ -343,10 +381,20 @@ class Effects:
 def describe(err: Exception) -> str:
     """A short name for a provider error: `ReadTimeout`, `APIError 500`."""
     if not isinstance(err, stripe.StripeError):
-        return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        return redact(f"{type(err).__name__}: {err}") if str(err) else type(err).__name__
     if isinstance(err, stripe.APIConnectionError) and err.__cause__ is not None:
         return type(err.__cause__).__name__
     return f"{type(err).__name__} {err.http_status}" if err.http_status else type(err).__name__
+
+
+def _view(status: WorldStatus, now: float, detail: str, ref: str | None = None, amount: int | None = None,
+          task_id: str | None = None, until: float | None = None) -> IntentView:
+    return IntentView(status=status, read_at=_clock(now), detail=detail, provider_ref=ref, amount_cents=amount,
+                      task_id=task_id, until=until)
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def _match(records: list[ProviderEffect], key: str | None) -> ProviderEffect | None:

@@ -251,6 +251,20 @@ class EffectLedger:
         """Nobody can say now: the amounts stay held until a human decides."""
         return self._move(effect, "unknown", None, None, detail)
 
+    def unseen(self, effect: Effect, detail: dict[str, Any], now: float | None = None) -> bool:
+        """Past its horizon, the provider shows nothing of an intent at `intent` or `unknown`: nothing can
+        land any more, so it was not performed. Fenced like every write; the amounts go back."""
+        now = time.time() if now is None else now
+        with self._db.connect() as conn:
+            moved = conn.execute(
+                "UPDATE effects SET status = 'not_performed', detail = :detail, lease_until = 0, updated_at = :now"
+                " WHERE intent_key = :key AND fence = :fence AND status IN ('intent', 'unknown') AND horizon <= :now",
+                {"key": effect.intent_key, "fence": effect.fence, "detail": json.dumps(detail, sort_keys=True),
+                 "now": now}).rowcount == 1
+            if moved:
+                conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": effect.intent_key})
+        return moved
+
     def release(self, effect: Effect) -> bool:
         """The holder will not send again: the next attempt need not wait for its lease."""
         with self._db.connect() as conn:
@@ -273,7 +287,8 @@ class EffectLedger:
 
     def decided(self, key: str, expected: tuple[str, ...], status: str, ref: str | None, amount: int | None,
                 detail: dict[str, Any], task_id: str, tool: str, arguments: dict[str, Any], owner: str) -> Effect:
-        """A human's verified word on an intent; only from the `expected` states (performed is final)."""
+        """A human's verified word on an intent; only from the `expected` states (performed is final), and
+        "not performed" only once no earlier request of the intent can land (its horizon has passed)."""
         now = time.time()
         with self._db.connect() as conn:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock,
@@ -286,11 +301,12 @@ class EffectLedger:
                     {"key": key, "task": task_id, "tool": tool, "args": json.dumps(arguments, sort_keys=True),
                      "status": status, "owner": owner, "ref": ref, "amount": amount,
                      "detail": json.dumps(detail, sort_keys=True), "now": now})
-            elif row["status"] in expected:
+            elif row["status"] in expected and not (status == "not_performed" and row["horizon"] > now):
+                # The horizon stays: a request sent before it may still land until then, whatever was decided.
                 conn.execute(
                     "UPDATE effects SET status = :status, owner = :owner, fence = fence + 1,"
                     " provider_ref = COALESCE(:ref, provider_ref), amount_cents = COALESCE(:amount, amount_cents),"
-                    " detail = :detail, lease_until = 0, horizon = 0, updated_at = :now WHERE intent_key = :key",
+                    " detail = :detail, lease_until = 0, updated_at = :now WHERE intent_key = :key",
                     {"key": key, "status": status, "owner": owner, "ref": ref, "amount": amount,
                      "detail": json.dumps(detail, sort_keys=True), "now": now})
                 if status == "not_performed":

@@ -12,7 +12,9 @@ Who retries what:
 
 A request may leave only before its attempt's send-by time (`send_before`): a worker that was
 paused between its ledger claim and its request and wakes up late sends nothing, so the next
-attempt can rely on the previous holder's settle horizon (activities/effects.py).
+attempt can rely on the previous holder's settle horizon (activities/effects.py). The check runs
+in the HTTP connection itself, after the connection is open and immediately before the request's
+first bytes are written (`fenced_session`): what is left between them is one function return.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from typing import Any, Iterator
 import requests
 import stripe
 import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 KEY_FIELD = "intent_key"
 
@@ -53,13 +58,53 @@ def check_send_by(what: str) -> None:
         raise NotSent(f"{what} not sent: its send-by time passed {time.time() - deadline:.1f} s ago")
 
 
+class _FencedHTTP(HTTPConnection):
+    """Checks the send-by time as the request's first bytes are written (http.client's endheaders)."""
+
+    def putrequest(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
+        self._fenced_what = f"{method} {url.split('?')[0]}"
+        super().putrequest(method, url, *args, **kwargs)
+
+    def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
+        check_send_by(getattr(self, "_fenced_what", "request"))
+        super().endheaders(message_body, encode_chunked=encode_chunked)
+
+
+class _FencedHTTPS(_FencedHTTP, HTTPSConnection):
+    pass
+
+
+class _FencedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _FencedHTTP
+
+
+class _FencedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _FencedHTTPS
+
+
+class _FencedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _FencedHTTPPool, "https": _FencedHTTPSPool}
+
+
+def fenced_session(pool_size: int = 32) -> requests.Session:
+    """A requests session whose every request checks the send-by time just before its bytes leave.
+    No retries of its own: who retries what is decided by its caller."""
+    session = requests.Session()
+    adapter = _FencedAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
 class StripeGateway:
     def __init__(self, api_key: str, api_base: str, timeout_seconds: float, sdk_retries: int = 2) -> None:
         self._client = stripe.StripeClient(
             api_key,
             base_addresses={"api": api_base},
             max_network_retries=sdk_retries,
-            http_client=UnsentOnlyRetries(timeout=timeout_seconds),
+            http_client=UnsentOnlyRetries(timeout=timeout_seconds, session=fenced_session()),
         )
 
     def ping(self) -> None:
@@ -120,10 +165,6 @@ class StripeGateway:
 class UnsentOnlyRetries(stripe.RequestsClient):
     """The SDK's HTTP client, allowed to retry only what never reached the provider."""
 
-    def request(self, method, url, headers, post_data=None):  # noqa: ANN001, ANN201
-        check_send_by(f"{method.upper()} {url.split('?')[0]}")
-        return super().request(method, url, headers, post_data)
-
     def _should_retry(self, response, api_connection_error, num_retries, max_network_retries):  # noqa: ANN001
         if num_retries >= (max_network_retries or 0):
             return False
@@ -133,6 +174,8 @@ class UnsentOnlyRetries(stripe.RequestsClient):
         return status in (409, 429)
 
     def _handle_request_error(self, e: Exception):  # noqa: ANN202
+        if isinstance(e, NotSent):  # the fence, not the network: it must reach the effect protocol as it is
+            raise e
         try:
             super()._handle_request_error(e)
         except stripe.APIConnectionError as err:

@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.db import Database
-from activities.effects import Attempt, Effects, Intent, ProviderEffect, ProviderTerms
+from activities.effects import PROVIDER_ERRORS, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
 from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway
@@ -22,7 +22,7 @@ from activities.claims import refund_records
 from activities.records import OrderRecord, Records, send_once, upsert_confirmation
 from core.claims import compose, money_in_text, money_sentence
 from core.domain import Order
-from core.models import Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
+from core.models import InspectInput, IntentView, Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 from core.tools import (
     REGISTRY,
     GetOrderArgs,
@@ -92,7 +92,7 @@ class ToolActivities:
         self._effects = Effects(EffectLedger(db), terms or ProviderTerms())
 
     def activities(self) -> list[Callable]:
-        return [*tool_activities(self), self.record_human_decision]
+        return [*tool_activities(self), self.record_human_decision, self.inspect_intent]
 
     # --- reads -------------------------------------------------------------------------
 
@@ -157,10 +157,10 @@ class ToolActivities:
         if call.approval is not None and call.approval.intent_key == key:
             metadata["approved_by"] = call.approval.decided_by
         return self._effects.perform(Intent(
-            call=call, amount=args.amount_cents, ceiling_cents=self._ceiling,
+            call=call, amount=args.amount_cents, ceiling_cents=_narrowest(self._ceiling, call.ceiling_cents),
             holds=(Hold(item_resource(order.order_id, item.item_id), item.amount_cents, args.amount_cents),
                    Hold(order_resource(order.order_id), order.paid_cents, args.amount_cents)),
-            records=lambda: [_refund_effect(r, order.order_id) for r in self._gateway.refunds(pi)],
+            records=self._refunds_of(order.order_id, pi),
             send=lambda: _refund_effect(self._gateway.refund(pi, args.amount_cents, key, metadata), order.order_id),
         ))
 
@@ -185,14 +185,11 @@ class ToolActivities:
         if call.approval is not None and call.approval.intent_key == key:
             metadata["approved_by"] = call.approval.decided_by
 
-        def records() -> list[ProviderEffect]:
-            return [_payment_effect(p) for p in self._gateway.payments_to(payee_ref)
-                    if _metadata(p).get("invoice_id") == invoice.invoice_id]
-
         return self._effects.perform(Intent(
-            call=call, amount=args.amount_cents, ceiling_cents=self._payment_ceiling,
+            call=call, amount=args.amount_cents,
+            ceiling_cents=_narrowest(self._payment_ceiling, call.ceiling_cents),
             holds=(Hold(invoice_resource(invoice.invoice_id), invoice.amount_cents, args.amount_cents),),
-            records=records,
+            records=self._payments_of(invoice.invoice_id, payee_ref),
             send=lambda: _payment_effect(self._gateway.charge(payee_ref, args.amount_cents, args.currency, metadata,
                                                               key)),
         ))
@@ -205,20 +202,49 @@ class ToolActivities:
         return await in_thread(self._record_human_decision, settle)
 
     def _record_human_decision(self, settle: SettleInput) -> SettleVerdict:
-        records, resources = None, (settle.intent_key,)
-        if settle.tool == "issue_refund":
-            record = self._records.order(settle.arguments["order_id"])
+        read, resources = self._provider_view(settle.tool, settle.arguments)
+        records = None
+        if read is not None:
+            try:
+                records = read()
+            except PROVIDER_ERRORS as err:
+                if settle.status == "performed":
+                    return SettleVerdict(applied=False, why=f"the provider's records cannot be read now "
+                                                            f"({describe(err)}): send it again later")
+        return self._effects.decide(settle, records, resources or (settle.intent_key,))
+
+    @activity.defn(name="inspect_intent")
+    async def inspect_intent(self, call: InspectInput) -> IntentView:
+        """The ledger and the provider on one intent, read before a person is asked about it."""
+        return await in_thread(self._inspect_intent, call)
+
+    def _inspect_intent(self, call: InspectInput) -> IntentView:
+        read, _ = self._provider_view(call.tool, call.arguments)
+        return self._effects.inspect(call.intent_key, read)
+
+    def _provider_view(self, tool: str, arguments: dict[str, Any]
+                       ) -> tuple[Callable[[], list[ProviderEffect]] | None, tuple[str, ...]]:
+        """How to read an intent's effects at its provider, and the resources it holds (its subject
+        first); (None, ()) for an effect with no provider records of ours."""
+        if tool == "issue_refund":
+            record = self._records.order(str(arguments.get("order_id")))
             if record is not None:
                 order_id = record.order.order_id
-                resources = (item_resource(order_id, settle.arguments["item_id"]), order_resource(order_id))
-                records = [_refund_effect(r, order_id) for r in self._gateway.refunds(record.payment_intent_id)]
-        elif settle.tool == "send_payment":
-            record = self._records.invoice(settle.arguments["invoice_id"])
+                return (self._refunds_of(order_id, record.payment_intent_id),
+                        (item_resource(order_id, str(arguments.get("item_id"))), order_resource(order_id)))
+        elif tool == "send_payment":
+            record = self._records.invoice(str(arguments.get("invoice_id")))
             if record is not None:
-                resources = (invoice_resource(record.invoice.invoice_id),)
-                records = [_payment_effect(p) for p in self._gateway.payments_to(record.customer_ref)
-                           if _metadata(p).get("invoice_id") == record.invoice.invoice_id]
-        return self._effects.decide(settle, records, resources)
+                invoice_id = record.invoice.invoice_id
+                return self._payments_of(invoice_id, record.customer_ref), (invoice_resource(invoice_id),)
+        return None, ()
+
+    def _refunds_of(self, order_id: str, payment_intent_id: str | None) -> Callable[[], list[ProviderEffect]]:
+        return lambda: [_refund_effect(r, order_id) for r in self._gateway.refunds(payment_intent_id)]
+
+    def _payments_of(self, invoice_id: str, payee_ref: str | None) -> Callable[[], list[ProviderEffect]]:
+        return lambda: [_payment_effect(p) for p in self._gateway.payments_to(payee_ref)
+                        if _metadata(p).get("invoice_id") == invoice_id]
 
     # --- writes to people and records --------------------------------------------------
 
@@ -343,6 +369,11 @@ def _refused(call: ToolInput, reason: str, message: str, data: dict[str, Any]) -
 
 def _read_error(call: ToolInput, reason: str, message: str) -> ToolResult:
     return ToolResult(tool=call.tool, reason=reason, message=message, attempt=attempt_number())
+
+
+def _narrowest(*ceilings: int | None) -> int | None:
+    """The lowest ceiling set: a task's own may narrow the worker's, never widen it."""
+    return min((c for c in ceilings if c is not None), default=None)
 
 
 def _metadata(obj: Any) -> dict[str, str]:

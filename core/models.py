@@ -159,9 +159,11 @@ class DecisionRecord(BaseModel):
     """A decision received, applied or not, with who sent it and why it was not applied."""
 
     received_at: str
-    via: Literal["signal", "update", "provider_check"] = Field(
+    via: Literal["signal", "update", "provider_check", "world_check"] = Field(
         default="signal", description="how it came; provider_check: a mark_performed / mark_not_performed that"
-                                      " was applied, then refused because the provider's records contradict it")
+                                      " was applied, then refused because the provider's records contradict it;"
+                                      " world_check: a decision refused when applied because the ledger and the"
+                                      " provider show the intent performed")
     status: DecisionStatus
     why: str | None = None
     decision: ResolveInput | None = None
@@ -179,6 +181,8 @@ class Escalation(BaseModel):
     since: str
     deadline: str
     allowed: list[Decision]
+    world: str | None = Field(default=None, description="what the ledger and the provider showed, and when, "
+                                                         "just before the person was asked")
 
 
 class Approval(BaseModel):
@@ -250,6 +254,36 @@ class SettleVerdict(BaseModel):
     why: str | None = None
 
 
+class InspectInput(BaseModel):
+    """One intent to read in the ledger and at the provider, before a person is asked or answered."""
+
+    task_id: str
+    tool: str
+    intent_key: str
+    arguments: dict[str, Any]
+
+
+WorldStatus = Literal["performed", "not_performed", "in_flight", "unknown"]
+
+
+class IntentView(BaseModel):
+    """What the world shows for one intent at `read_at`.
+
+    performed      the provider (or, for messages, the outbox) holds it: settled.
+    not_performed  nothing was claimed, or nothing can land any more and the provider shows nothing.
+    in_flight      a request may still land until `until`; ask again after it.
+    unknown        the records cannot settle it (the provider cannot be read): a person decides.
+    """
+
+    status: WorldStatus
+    read_at: str
+    detail: str
+    provider_ref: str | None = None
+    amount_cents: int | None = None
+    task_id: str | None = Field(default=None, description="the task whose request performed it")
+    until: float | None = Field(default=None, description="epoch seconds: the settle horizon of a request in flight")
+
+
 class ModelTurnInput(Compact):
     """A bounded window of the transcript and the names of the tools offered.
 
@@ -278,6 +312,8 @@ class ToolInput(Compact):
     arguments: dict[str, Any]
     intent_key: str | None = None
     approval: "Approval | None" = None
+    ceiling_cents: int | None = Field(default=None, description="the task's own approval ceiling, where it narrows "
+                                                                "the worker's: counted over totals with the claim")
 
 
 class ToolResult(BaseModel):

@@ -99,6 +99,14 @@ async def test_an_unreachable_alert_webhook_does_not_end_the_task(client: Client
         result = await handle.result()
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
     assert result.checkpoint.alert_failures and "escalation approval_required" in result.checkpoint.alert_failures[0]
+    # The escalation did not wait for the webhook: the approved refund ran while the alert was still retried.
+    events = (await handle.fetch_history()).events
+    names = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+             if e.HasField("activity_task_scheduled_event_attributes")}
+    alert_failed = next(e.event_id for e in events if e.HasField("activity_task_failed_event_attributes")
+                        and names[e.activity_task_failed_event_attributes.scheduled_event_id] == "raise_alert")
+    refund_scheduled = next(i for i, name in names.items() if name == "issue_refund")
+    assert refund_scheduled < alert_failed, "the task was decidable before the alert gave up"
 
 
 WEBHOOK_PATH = "hooks/T0ScanMe/B0ScanMe/ScanMePathSecret"

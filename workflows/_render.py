@@ -27,6 +27,8 @@ def trail_line(asks: int, result: ToolResult) -> str:
         line += ", from the task journal"
     elif result.data.get("source") == "ledger":
         line += ", from the ledger"
+    elif result.data.get("source") == "world":
+        line += f", read from the ledger and the provider at {result.data.get('read_at')} before asking anyone"
     elif human:
         line += f", decided by {result.data.get('decided_by')}"
     elif "verified_by" in result.data:
@@ -80,6 +82,7 @@ def current_details(cp: Checkpoint) -> str:
             "",
             f"- intent key: `{wait.intent_key}`",
             f"- why: {_cell(wait.detail)}",
+            *([f"- read before asking: {_cell(wait.world)}"] if wait.world else []),
             f"- decisions: {', '.join(wait.allowed)}; deadline {wait.deadline}",
             f"- approvers: {', '.join(cp.policy.approvers) if cp.policy and cp.policy.approvers else 'none configured'}",
             "",

@@ -41,6 +41,8 @@ with workflow.unsafe.imports_passed_through():
         DecisionStatus,
         Escalation,
         EscalationReason,
+        InspectInput,
+        IntentView,
         ModelReply,
         ModelTurnInput,
         Outcome,
@@ -91,6 +93,9 @@ class AgentTaskWorkflow:
         self._verifying = 0
         self._unusable = 0
         self._lean = workflow.patched(_LEAN)
+        self._boundary = workflow.patched(_BOUNDARY)
+        self._answers: list[tuple[ResolveInput, DecisionRecord]] = []  # what `decide` Updates answer
+        self._alerts: list[asyncio.Future[None]] = []  # escalation alerts still being delivered
         carry = task.carry
         if carry is None:
             self._checkpoint = Checkpoint(task_id=task.task_id, scenario=task.scenario)
@@ -126,6 +131,7 @@ class AgentTaskWorkflow:
         except asyncio.CancelledError:
             self._checkpoint.final_answer = "cancelled by an operator"
             self._set_state("cancelled")
+        await self._alerts_delivered()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return TaskResult(task_id=task.task_id, state=self._checkpoint.state,
                           final_answer=self._checkpoint.final_answer, checkpoint=self._checkpoint)
@@ -226,6 +232,7 @@ class AgentTaskWorkflow:
 
     async def _continue_as_new(self, task: TaskInput) -> None:
         """A fresh run with the journal, the checkpoint and a compacted transcript: keys stay settled."""
+        await self._alerts_delivered()
         await workflow.wait_condition(workflow.all_handlers_finished)
         checkpoint = self._checkpoint.model_copy(deep=True)
         reads = [name for name, step in checkpoint.steps.items() if step.intent_key is None]
@@ -244,7 +251,7 @@ class AgentTaskWorkflow:
         if isinstance(checked, Rejection):
             return self._reject(call.name, checked.reason, checked.message)
         spec, arguments = checked
-        why = out_of_scope(spec.name, arguments, task.facts, self._policy)
+        why = out_of_scope(spec.name, arguments, task.facts, self._policy, narrowed=self._boundary)
         if why is not None:
             return self._reject(spec.name, "out_of_scope", why)
 
@@ -267,24 +274,102 @@ class AgentTaskWorkflow:
 
     async def _run_and_decide(self, task: TaskInput, call: GateCall) -> ToolResult:
         """Run the call; while its answer (or the call itself) needs a human, wait for a decision and
-        do what it says (`_ACTIONS`). A decision names this call's key, so it applies to it alone."""
+        do what it says (`_ACTIONS`). A decision names this call's key, so it applies to it alone.
+
+        Before anyone is asked about a keyed call, and before an answer that rests on the world is
+        kept, the ledger and the provider are read (`_read_world`): what they settle is not put to a
+        person, and a decision they contradict is refused and recorded."""
         reason, detail = self._needs_human_first(task, call)
+        ran = False
         while True:
             if reason is None:
                 result = await self._run_tool(task, call)
+                ran = True
                 reason = _escalation_reason(result)
                 if reason is None:
                     return result
                 detail = result.message or result.reason or ""
                 self._record(call.step, result)
-            decision = await self._await_decision(call.spec.name, call.arguments, call.decision_key, reason, detail)
+            world = None
+            if self._boundary and call.key is not None and reason != "model_request":
+                world = await self._read_world(task, call)
+                settled = self._settled_by(world, call, ran and reason in ("unknown_outcome", "attempts_exhausted"))
+                if settled is not None:
+                    return settled
+            decision = await self._await_decision(call.spec.name, call.arguments, call.decision_key, reason, detail,
+                                                  world, answers_later=self._boundary)
+            if self._boundary and call.key is not None:
+                checked = await self._check_against_world(task, call, decision, reason)
+                if checked is not None:
+                    self._answer(decision, checked[1])
+                    if checked[0] is not None:
+                        return checked[0]
+                    detail = f"{decision.decision} by {decision.decided_by} refused: {checked[1].why}"
+                    continue
             result = await _ACTIONS[decision.decision](self, task, call, decision, reason)
             if isinstance(result, Refused):  # the provider's records contradict the human: ask again
+                self._answer(decision, self._checkpoint.decisions[-1])
                 detail = f"{decision.decision} by {decision.decided_by} refused: {result.why}"
                 continue
+            self._answer(decision, None)
             if result is not None:
                 return result
-            reason = None
+            reason, ran = None, False
+
+    async def _read_world(self, task: TaskInput, call: GateCall) -> IntentView:
+        """The ledger and the provider on this call's intent. A request that may still land is waited
+        out (a durable timer to its settle horizon) before the world is read again."""
+        for _ in range(_WORLD_READS):
+            view: IntentView = await workflow.execute_activity_method(
+                ToolActivities.inspect_intent,
+                InspectInput(task_id=task.task_id, tool=call.spec.name, intent_key=cast(str, call.key),
+                             arguments=call.arguments),
+                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
+                summary=f"read the world: {call.spec.name} {call.key}"[:200])
+            if view.status != "in_flight" or view.until is None:
+                return view
+            call.step.trail.append(f"world: in flight until {view.until:.0f}; waiting before anyone is asked")
+            self._touch()
+            await workflow.sleep(max(1.0, view.until - workflow.now().timestamp() + 0.5))
+        return view
+
+    def _settled_by(self, world: IntentView, call: GateCall, not_done_settles: bool) -> ToolResult | None:
+        """The call's answer when the world settles it: performed, or (after a run whose answer was
+        unknown or exhausted) not performed. None: a person must decide."""
+        if world.status == "performed":
+            mine = world.task_id == self._task.task_id
+            return ToolResult(tool=call.spec.name, outcome=Outcome.PERFORMED if mine else Outcome.ALREADY_PERFORMED,
+                              intent_key=call.key, message=f"settled without asking anyone: {world.detail}",
+                              data={"source": "world", "provider_ref": world.provider_ref,
+                                    "amount_cents": world.amount_cents, "read_at": world.read_at})
+        if world.status == "not_performed" and not_done_settles:
+            return ToolResult(tool=call.spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=call.key,
+                              reason="not_performed", retryable=True, data={"source": "world", "read_at": world.read_at},
+                              message=f"nothing was done: {world.detail}")
+        return None
+
+    async def _check_against_world(self, task: TaskInput, call: GateCall, decision: ResolveInput,
+                                   reason: EscalationReason) -> tuple[ToolResult | None, DecisionRecord] | None:
+        """A decision whose effect rests on the world (reject, mark_not_performed, a retry after an
+        unknown outcome) is checked against it when it is applied. None: apply it. Otherwise the
+        refusal, recorded, with the call's answer when the world settles it."""
+        retry = decision.decision == "approve" and reason in ("unknown_outcome", "attempts_exhausted")
+        if decision.decision not in ("reject", "mark_not_performed") and not retry:
+            return None
+        world = await self._read_world(task, call)
+        if world.status != "performed":
+            return None
+        why = f"{decision.decision} refused: {world.detail} (read {world.read_at})"
+        record = self._log_decision("world_check", "refused", why, decision=decision)
+        return self._settled_by(world, call, False), record
+
+    def _answer(self, decision: ResolveInput, refused: DecisionRecord | None) -> None:
+        """What the `decide` Update answers: the decision as it was finally applied, or why not."""
+        record = refused or DecisionRecord(received_at=_iso(workflow.now()), status="applied", decision=decision)
+        self._answers = [*self._answers[-(_ANSWERS_KEPT - 1):], (decision, record)]
+
+    def _answer_to(self, decision: ResolveInput) -> DecisionRecord | None:
+        return next((record for sent, record in self._answers if sent is decision), None)
 
     def _needs_human_first(self, task: TaskInput, call: GateCall) -> tuple[EscalationReason | None, str]:
         """Why a human must decide before the call runs at all, if they must."""
@@ -354,7 +439,7 @@ class AgentTaskWorkflow:
             result = await workflow.execute_activity(
                 call.spec.name,  # tool activities are registered under their tool's name
                 ToolInput(task_id=task.task_id, tool=call.spec.name, arguments=call.arguments, intent_key=call.key,
-                          approval=call.approval),
+                          approval=call.approval, ceiling_cents=self._ceiling(task, call.spec)),
                 result_type=ToolResult,
                 start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
                 heartbeat_timeout=policies.TOOL_HEARTBEAT,
@@ -372,8 +457,11 @@ class AgentTaskWorkflow:
     # --- humans --------------------------------------------------------------------------
 
     async def _await_decision(self, tool: str, arguments: dict, key: str, reason: EscalationReason,
-                              detail: str) -> ResolveInput:
-        """Wait for an applied decision on `key`. An abort ends the task here; so does the deadline."""
+                              detail: str, world: IntentView | None = None, answers_later: bool = False
+                              ) -> ResolveInput:
+        """Wait for an applied decision on `key`. An abort ends the task here; so does the deadline.
+        Unless the caller `answers_later` (it checks the decision against the world first), the
+        decision is answered as applied when it is taken."""
         timeout = self._policy.escalation_timeout_seconds
         now = workflow.now()
         self._checkpoint.escalations += 1
@@ -381,9 +469,14 @@ class AgentTaskWorkflow:
             1, {"reason": reason})
         self._checkpoint.waiting_for = Escalation(
             intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail[:2000],
-            since=_iso(now), deadline=_iso(now + timedelta(seconds=timeout)), allowed=ALLOWED[reason])
+            since=_iso(now), deadline=_iso(now + timedelta(seconds=timeout)), allowed=ALLOWED[reason],
+            world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
-        await self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail[:500]}")
+        alert = self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail[:500]}")
+        if self._boundary:  # the task waits (and can be decided) while the alert is delivered, retried on its own
+            self._alerts.append(asyncio.ensure_future(alert))
+        else:
+            await alert
         try:
             await workflow.wait_condition(lambda: self._decision is not None, timeout=timedelta(seconds=timeout))
         except asyncio.TimeoutError:
@@ -392,6 +485,8 @@ class AgentTaskWorkflow:
             raise _Stop("dead_lettered", f"no decision on {reason} for {key} within {timeout} s")
         decision, self._decision = self._decision, None
         self._checkpoint.waiting_for = None
+        if not answers_later or decision.decision == "abort":
+            self._answer(decision, None)
         if decision.decision == "abort":
             raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
         self._set_state("running")
@@ -419,7 +514,15 @@ class AgentTaskWorkflow:
             raise ApplicationError(f"decision {record.status}: {record.why}", type="DecisionNotApplied",
                                    non_retryable=True)
         decision = record.decision
-        await workflow.wait_condition(lambda: self._decision is not decision)
+        if self._boundary:
+            await workflow.wait_condition(lambda: self._answer_to(decision) is not None
+                                          or self._checkpoint.state in _ENDED)
+            answer = self._answer_to(decision)
+            if answer is not None and answer.status != "applied":
+                raise ApplicationError(f"decision {answer.status}: {answer.why}", type="DecisionNotApplied",
+                                       non_retryable=True)
+        else:
+            await workflow.wait_condition(lambda: self._decision is not decision)
         return DecisionReceipt(intent_key=decision.intent_key, decision=decision.decision,
                                decided_by=decision.decided_by, state=self._checkpoint.state)
 
@@ -494,6 +597,12 @@ class AgentTaskWorkflow:
             self._checkpoint.alert_failures.append(f"{kind} {reason}: {_cause(err)}"[:500])
             self._touch()
 
+    async def _alerts_delivered(self) -> None:
+        """Escalation alerts finish (delivered, or their failure recorded) before the run ends."""
+        pending, self._alerts = self._alerts, []
+        for alert in pending:
+            await alert
+
     async def _dead_letter(self, reason: str) -> None:
         """Store the task with its whole checkpoint and alert: never a silent failure."""
         wait = self._checkpoint.waiting_for
@@ -542,7 +651,7 @@ class AgentTaskWorkflow:
 
     def _record(self, step: Step, result: ToolResult) -> None:
         """One answer on the step: typed counters first, the trail line for people from them."""
-        if result.data.get("source") != "human":
+        if result.data.get("source") not in ("human", "world"):
             step.asks += 1
             if result.outcome not in SETTLED:
                 step.unsettled_asks += 1
@@ -589,6 +698,12 @@ _LEAN = "policy-local-upsert-changes"
 _SETTLE_CHECKED = "settle-checked-against-provider"
 # Since this change a policy read that fails for good makes the task a dead letter; before, it failed.
 _POLICY_FAILURE = "policy-failure-dead-letters"
+# Since this change the world (ledger and provider) is read before a person is asked about a keyed call
+# and before a decision that rests on it is kept (`_read_world`); a task's own ceiling goes to the tool.
+_BOUNDARY = "human-boundary"
+_ANSWERS_KEPT = 8
+_ENDED = ("completed", "dead_lettered", "cancelled")
+_WORLD_READS = 4  # reads of one intent per question: each after the last request in flight could land
 
 _Action = Callable[[AgentTaskWorkflow, TaskInput, GateCall, ResolveInput, EscalationReason],
                    Awaitable["ToolResult | Refused | None"]]

@@ -1,0 +1,221 @@
+"""The human boundary: nobody is asked about what the ledger and the provider already settle, no
+answer is kept that they contradict, an answer never lets a second request out while an earlier one
+may still land, and a task's own ceiling counts totals. Judged on the provider's refunds and the
+ledger's rows, with signed decisions sent to a real server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from activities.db import Database
+from activities.ledger import Claimed, EffectLedger, Hold, Request
+from activities.payments import NotSent, StripeGateway, send_before
+from activities.tools import ToolActivities
+from activities.world import World
+from core.models import SETTLED, Checkpoint, Outcome, ToolInput, ToolResult
+from devstack.edge_control import EdgeControl
+from devstack.stack import STRIPE_API_KEY, Stack
+from infra.settings import Settings
+from tests.approvers import signed
+from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
+from tests.test_money_boundary import assert_ledger_equals_provider, fresh_order, refund_call, scripted, until
+from worker import provider_terms
+
+LANDED_UNREADABLE = [  # the refund lands, the client times out, and the refunds cannot be listed
+    {"method": "POST", "path": "/v1/refunds", "fault": "timeout_after_accept", "nth": [1], "delay_seconds": 2.0},
+    {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0},
+]
+
+
+@pytest.fixture
+def fast(settings: Settings) -> Settings:
+    return settings.model_copy(update={"stripe_timeout_seconds": 1.0})
+
+
+def refunds_of(world: World, order_id: str) -> list[int]:
+    return [r["amount_cents"] for r in world.refunds(order_id)]
+
+
+async def decided(handle, status: str, via: str = "signal") -> Checkpoint:  # noqa: ANN001
+    async def check():
+        cp = await checkpoint(handle)
+        return cp if any(d.status == status and d.via == via for d in cp.decisions) else None
+    return await wait_for(check, f"a decision {status} via {via}", 60)
+
+
+# --- 1. an answer while a request may still land --------------------------------------------------
+
+
+async def test_a_person_is_asked_only_after_a_request_in_flight_can_no_longer_land(
+    stack: Stack, client: Client, settings: Settings, world: World, edge: EdgeControl, worker_env: dict[str, str],
+    tmp_path: Path,
+):
+    """Key-ignoring provider: the refund POST is held 30 s; its worker is killed; the refunds cannot be
+    listed, so the survivor's attempts run out while the POST is still held. The task waits out the
+    request's settle horizon before it asks anyone; the person's mark_not_performed then cannot let a
+    second refund out, and once the provider can be read the landed refund settles the call."""
+    slow = settings.model_copy(update={"stripe_timeout_seconds": 20.0, "stripe_processing_window_seconds": 15.0})
+    edge.configure("passthrough", [
+        {"method": "POST", "path": "/v1/refunds", "fault": "slow", "delay_seconds": 30.0, "nth": [1]},
+        {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0},
+    ])
+    doomed = stack.start_worker(tmp_path / "doomed.log", {
+        **worker_env, "STRIPE_TIMEOUT_SECONDS": "20", "STRIPE_PROCESSING_WINDOW_SECONDS": "15"})
+    handle = await start(client, slow, scenario_task("SU-88421"))
+    try:
+        await until(lambda: edge.stats().get("POST /v1/refunds") == 1, "the refund POST to be held")
+        sent_at = time.time()
+        os.kill(doomed.process.pid, signal.SIGKILL)
+    finally:
+        doomed.stop()
+    async with running_worker(client, slow):
+        cp = await waiting(handle, 180)
+        asked_at = time.time()
+        assert asked_at >= sent_at + 30, "asked only after the held request (30 s at the provider) landed"
+        assert cp.waiting_for.world and "cannot be read" in cp.waiting_for.world, cp.waiting_for
+        assert any(line.startswith("world: in flight until") for line in cp.steps["issue_refund"].trail)
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "mark_not_performed",
+                                              note="nothing on the dashboard"))
+        await decided(handle, "applied")
+        edge.configure("passthrough")
+        result = await handle.result()
+    assert refunds_of(world, "SU-88421") == [11800], "the person's answer let no second refund out"
+    assert result.checkpoint.steps["issue_refund"].outcome in SETTLED
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
+def test_the_ledger_keeps_not_performed_from_a_person_until_the_horizon(settings: Settings):
+    """A person's not_performed before the horizon of the intent's last request is not kept, and the
+    row keeps its horizon whatever a person decides."""
+    ledger = EffectLedger(Database(settings.agent_db_path))
+    Database(settings.agent_db_path).create()
+    now = time.time()
+    claim = ledger.claim(Request(intent_key="k-horizon", task_id="t", tool="issue_refund", arguments={}, owner="a",
+                                 attempt=1, amount_cents=100, holds=(Hold("item:O/i", 100, 100),),
+                                 lease_until=now + 2, horizon=now + 60), now)
+    assert isinstance(claim, Claimed)
+    ledger.unknown(claim.effect, {"reason": "unverified"})
+    early = ledger.decided("k-horizon", ("intent", "unknown", "not_performed"), "not_performed", None, None, {},
+                           "t", "issue_refund", {}, "human:alice")
+    assert early.status == "unknown" and early.horizon == claim.effect.horizon
+    assert ledger.claim(Request(intent_key="k-horizon", task_id="t", tool="issue_refund", arguments={}, owner="b",
+                                attempt=2, amount_cents=100, holds=(Hold("item:O/i", 100, 100),),
+                                lease_until=now + 2, horizon=now + 60), now).__class__.__name__ == "Doubtful"
+
+
+# --- 2. a settled intent is never put to a person ---------------------------------------------------
+
+
+def answer_lost(settings: Settings):  # noqa: ANN201
+    """The real refund tool, whose answers never reach the workflow: every attempt refunds (or finds
+    the refund) and then fails, as a live attempt timed out by the server does. Attempts run out."""
+    db = Database(settings.agent_db_path)
+    tools = ToolActivities(db, StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, settings.stripe_timeout_seconds),
+                           settings.approval_ceiling_cents, provider_terms(settings))
+
+    @activity.defn(name="issue_refund")
+    async def issue_refund(call: ToolInput) -> ToolResult:
+        await tools.issue_refund(call)
+        raise ApplicationError("the answer was lost on its way back", non_retryable=True)
+    return issue_refund
+
+
+async def test_attempts_exhausted_after_the_refund_landed_is_settled_without_asking(
+    client: Client, settings: Settings, world: World,
+):
+    async with running_worker(client, settings, replace=[answer_lost(settings)]):
+        handle = await start(client, settings, scenario_task("SU-88421"))
+        result = await handle.result()
+    assert refunds_of(world, "SU-88421") == [11800]
+    step = result.checkpoint.steps["issue_refund"]
+    assert step.outcome is Outcome.PERFORMED and result.checkpoint.escalations == 0, step.trail
+    assert "read from the ledger and the provider" in step.trail[-1]
+    [notice] = [m for m in world.messages(handle.id) if m["kind"] == "email"]
+    assert "118.00" in notice["body"], "the customer is told about the refund that happened"
+
+
+@pytest.mark.parametrize("lost, answer", [(True, "reject"), (True, "mark_not_performed"), (False, "approve")])
+async def test_an_answer_the_provider_contradicts_is_refused_and_the_refund_stands(
+    lost, answer, client: Client, fast: Settings, world: World, edge: EdgeControl,
+):
+    """The refund landed while the provider could not be read, so the task asked (attempts exhausted,
+    or an unknown outcome). By the time the person answers "reject" / "it was not done" / "try
+    again", the provider can be read and shows the refund: the answer is refused and recorded, the
+    task completes with the refund, the customer is told about it, and the Update's caller learns
+    it was refused."""
+    edge.configure("passthrough", LANDED_UNREADABLE)
+    async with running_worker(client, fast, replace=[answer_lost(fast)] if lost else []):
+        handle = await start(client, fast, scenario_task("SU-88421"))
+        cp = await waiting(handle)
+        assert cp.waiting_for.reason == ("attempts_exhausted" if lost else "unknown_outcome")
+        edge.configure("passthrough")
+        [refund] = world.refunds("SU-88421")
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("decide", signed(handle.id, cp.waiting_for.intent_key, answer))
+        assert refund["id"] in str(refused.value.cause)
+        result = await handle.result()
+    assert refunds_of(world, "SU-88421") == [11800]
+    [record] = [d for d in result.checkpoint.decisions if d.via == "world_check"]
+    assert record.status == "refused" and refund["id"] in record.why
+    step = result.checkpoint.steps["issue_refund"]
+    assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"]
+    assert result.state == "completed" and result.checkpoint.escalations == 1
+    [notice] = [m for m in world.messages(handle.id) if m["kind"] == "email"]
+    assert "118.00" in notice["body"]
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
+# --- 3. a task's own ceiling counts totals ----------------------------------------------------------
+
+
+async def test_a_tasks_own_ceiling_counts_its_refunds_in_total(client: Client, settings: Settings, world: World):
+    """A task whose input lowers its ceiling to 5,000 cents: 4,000 + 4,000 + 4,000 on three items is
+    one refund, then a person is asked; rejected, nothing more is paid."""
+    order = fresh_order(world, [("cup", 4000), ("saucer", 4000), ("plate", 4000)])
+    task = scripted(order.order_id, "cup", [refund_call(order.order_id, i, 4000) for i in ("cup", "saucer", "plate")])
+    task = task.model_copy(update={"refund_ceiling_cents": 5000, "facts": {"order_id": order.order_id}})
+    async with running_worker(client, settings):
+        handle = await start(client, settings, task)
+        cp = await waiting(handle)
+        assert cp.waiting_for.reason == "approval_required", cp.waiting_for
+        assert "5000" in cp.waiting_for.detail and refunds_of(world, order.order_id) == [4000]
+        first = cp.waiting_for.intent_key
+        await handle.signal("resolve", signed(handle.id, first, "reject"))
+
+        async def next_question():
+            cp = await checkpoint(handle)
+            return cp if cp.waiting_for and cp.waiting_for.intent_key != first else None
+        cp = await wait_for(next_question, "the third refund's question", 60)
+        assert cp.waiting_for.reason == "approval_required" and refunds_of(world, order.order_id) == [4000]
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "reject"))
+        result = await handle.result()
+    assert refunds_of(world, order.order_id) == [4000]
+    assert result.checkpoint.escalations == 2
+
+
+# --- 5. the send-by check is the last thing before the bytes ---------------------------------------
+
+
+def test_a_request_past_its_send_by_time_never_reaches_the_provider(settings: Settings, edge: EdgeControl,
+                                                                   world: World):
+    """The real SDK over HTTP: the connection may be open, the check still refuses the bytes."""
+    before = edge.stats().get("POST /v1/refunds", 0)
+    record = world.records.order("SU-88421")
+    gateway = StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, 5.0)
+    gateway.ping()  # a pooled connection is open
+    with send_before(time.time() - 0.001), pytest.raises(NotSent):
+        gateway.refund(record.payment_intent_id, 100, "late-key", {"order_id": "SU-88421"})
+    assert edge.stats().get("POST /v1/refunds", 0) == before
+    assert refunds_of(world, "SU-88421") == []
+    with send_before(time.time() + 30):
+        gateway.refund(record.payment_intent_id, 100, "on-time-key", {"order_id": "SU-88421"})
+    assert refunds_of(world, "SU-88421") == [100]
+
