@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.backends import ModelConfigError
 from activities.scripted import ScriptedModel
+from core.bounds import bounded_reply
 from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolSchema
 from core.names import MODEL_TURN_ACTIVITY
 from core.tools import REGISTRY
@@ -94,7 +95,7 @@ class ModelActivities:
         if not turn.messages or turn.messages[0].role != "system":  # tasks before this worker sent it themselves
             turn = turn.model_copy(update={"messages": [_SYSTEM, *turn.messages]})
         try:
-            return await self._backend.reply(turn, schemas)
+            return bounded_reply(await self._backend.reply(turn, schemas))
         except ApplicationError:
             raise
         except Exception as err:  # an unexpected error may quote a base URL with its password

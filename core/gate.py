@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from core.bounds import TRUNCATED
 from core.models import Approval, Step
 from core.tools import REGISTRY, ToolSpec
 
@@ -62,6 +63,9 @@ def validate_call(name: str, arguments: str | None,
         return Rejection("malformed_arguments", f"arguments are not valid JSON: {str(err)[:200]}")
     if not isinstance(raw, dict):
         return Rejection("malformed_arguments", "arguments must be a JSON object")
+    if TRUNCATED in raw:  # cut where the reply entered (core/bounds.py)
+        return Rejection("malformed_arguments", f"arguments were {raw[TRUNCATED]} characters; at most "
+                                                f"{MAX_ARGUMENT_CHARS} per call and 24,000 per reply")
     try:
         return spec, spec.args.model_validate(raw).model_dump(mode="json")
     except ValidationError as err:

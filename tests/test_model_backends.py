@@ -472,3 +472,30 @@ def test_unusable_replies_are_retryable():
         with pytest.raises(ApplicationError) as caught:
             parse(body)
         assert caught.value.type == UNUSABLE and not caught.value.non_retryable
+
+
+@pytest.mark.parametrize("model", ["openai"], indirect=True)
+async def test_a_model_that_sends_megabytes_cannot_brick_its_task(client: Client, model: _Protocol, world: World):
+    """700 KB of arguments in each of several calls, a dozen calls at once, then a 1.1 MB final answer,
+    from a server speaking the real protocol: every turn's payload stays small, the calls are answered
+    malformed_arguments, the refund still happens once and the task completes with its answer cut."""
+    huge = json.dumps({**REFUND, "reason": "x" * 700_000})
+    model.stub.queue(
+        model.calls(*[("issue_refund", huge, f"huge{i}") for i in range(3)]),
+        model.calls(*[("search_policy", {"query": "y" * 19_000}, f"many{i}") for i in range(12)]),
+        model.calls(("issue_refund", REFUND, "fixed")),
+        model.text("z" * 1_100_000),
+    )
+    async with running_worker(client, model.settings):
+        handle = await start(client, model.settings, scenario_task("SU-88421"))
+        result = await handle.result()
+    assert result.state == "completed"
+    assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
+    answers = model.results(model.requests[1])
+    assert [a["reason"] for _, a in answers] == ["malformed_arguments"] * 3
+    assert "700" in answers[0][1]["message"]
+    assert len(model.results(model.requests[2])) == 8, "calls beyond the bound are dropped, and said so"
+    assert len(result.final_answer) < 10_000 and "were cut" in result.final_answer
+    history = await handle.fetch_history()
+    assert max(len(e.SerializeToString()) for e in history.events) < 300_000
+    assert all(len(json.dumps(r.body)) < 400_000 for r in model.requests), "no turn resends the megabytes"

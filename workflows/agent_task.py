@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from core import names, policies
     from core.authority import DECISIONS_KEPT, narrow, out_of_scope, read_decision, screen
+    from core.bounds import bounded_reply
     from core.gate import GateCall, Refused, Rejection, validate_call
     from core.keys import call_signature, derive_intent_key
     from core.models import (
@@ -184,6 +185,8 @@ class AgentTaskWorkflow:
                 )
             except ActivityError as err:
                 raise _Stop("dead_lettered", f"model turn failed for good: {_cause(err)}") from None
+            if self._boundary:
+                reply = bounded_reply(reply)
             self._transcript.append(ChatMessage(role="assistant", content=reply.content,
                                                 tool_calls=reply.tool_calls))
             if not reply.tool_calls:
@@ -239,8 +242,11 @@ class AgentTaskWorkflow:
         for name in reads[:-_READ_STEPS_KEPT]:
             del checkpoint.steps[name]
             checkpoint.compacted_steps += 1
+        transcript = self._compact(self._transcript, task.window_messages)
+        if self._boundary:  # the carried transcript alone must leave the next run room to work
+            transcript = _within_bytes(transcript, task.max_history_bytes // 4)
         carry = Carry(checkpoint=checkpoint, journal=self._journal, step_by_key=self._step_by_key,
-                      transcript=self._compact(self._transcript, task.window_messages), turn=self._turn)
+                      transcript=transcript, turn=self._turn)
         workflow.continue_as_new(task.model_copy(update={"carry": carry}))
 
     # --- the gate ------------------------------------------------------------------------
@@ -732,6 +738,24 @@ def _escalation_reason(result: ToolResult) -> EscalationReason | None:
     if result.outcome is Outcome.UNKNOWN:
         return "unknown_outcome"
     return None
+
+
+def _within_bytes(transcript: list[ChatMessage], limit: int) -> list[ChatMessage]:
+    """The transcript's pinned head (the brief) and as many of its latest messages as fit in `limit`
+    bytes of JSON, never starting on an orphan tool result."""
+    head = next((i for i, m in enumerate(transcript[:2]) if m.role not in ("system", "user")), min(2, len(transcript)))
+    pinned, rest = transcript[:head], transcript[head:]
+    size = sum(len(m.model_dump_json()) for m in pinned)
+    kept: list[ChatMessage] = []
+    for message in reversed(rest):
+        size += len(message.model_dump_json())
+        if size > limit:
+            break
+        kept.append(message)
+    kept.reverse()
+    while kept and kept[0].role == "tool":
+        kept = kept[1:]
+    return pinned + kept
 
 
 def _cause(err: FailureError) -> str:
