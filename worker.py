@@ -116,7 +116,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         refund_ceiling_cents=settings.approval_ceiling_cents,
         payment_ceiling_cents=settings.payment_approval_ceiling_cents,
         escalation_timeout_seconds=settings.escalation_timeout_seconds,
-        disabled_tools=settings.disabled_tool_set | not_opted_in)
+        disabled_tools=settings.disabled_tool_set | not_opted_in,
+        decision_max_lifetime_seconds=settings.decision_max_lifetime_seconds)
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
     ensure_bytecode(workflow_class, ReconcileWorkflow)

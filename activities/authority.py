@@ -4,6 +4,15 @@ The approvers' public keys, the ceilings, the escalation deadline and the kinds'
 worker's configuration (infra/settings.py). The workflow asks for them once (`task_policy`,
 recorded in its history) and sends each decision that could apply here (`verify_decision`), so
 no key ever enters workflow code. Signing lives here too, for `starter.py keygen` and `sign`.
+
+`verify_decision` answers for this worker's configuration at the moment it runs: the approvers'
+keys it holds now, and how long a decision may live (DECISION_MAX_LIFETIME_SECONDS: the signer
+chooses `expires_at`, the worker caps it). A decision that verifies spends its nonce in the ledger's
+database (`decision_nonces`), with the activity that verified it (workflow id, run id, activity
+id): the same decision verifies again only as a Temporal retry of that same activity (on whichever
+worker), never in another verification of the run, another run of the task (a redrive or a reset
+starts one under the same workflow id) or another task. The workflow's own list of used nonces
+(`screen`) stays: it refuses a replay within the run without an activity.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import asyncio
 import base64
 import os
 import secrets
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,14 +36,20 @@ from core.authority import parse_time, signed_message
 from core.kinds import KINDS
 from core.models import Policy, PolicyInput, ResolveInput, Verdict, VerifyInput
 
+DEFAULT_DECISION_LIFETIME_SECONDS = 4 * 3600
+NONCE_PRUNE_AFTER_SECONDS = 3600  # past a decision's expiry: it is refused as expired by then, whatever the clocks
+
 
 class AuthorityActivities:
     """`approvers` maps each approver's name to their Ed25519 public key."""
 
     def __init__(self, db: Database, approvers: dict[str, Ed25519PublicKey], refund_ceiling_cents: int,
                  payment_ceiling_cents: int | None, escalation_timeout_seconds: int,
-                 disabled_tools: frozenset[str] = frozenset()) -> None:
+                 disabled_tools: frozenset[str] = frozenset(),
+                 decision_max_lifetime_seconds: int = DEFAULT_DECISION_LIFETIME_SECONDS) -> None:
         self._records = Records(db)
+        self._nonces = DecisionNonces(db)
+        self._max_lifetime = timedelta(seconds=decision_max_lifetime_seconds)
         self._approvers = approvers
         self._refund_ceiling = refund_ceiling_cents
         self._payment_ceiling = payment_ceiling_cents
@@ -64,19 +80,76 @@ class AuthorityActivities:
 
     @activity.defn(name="verify_decision")
     async def verify_decision(self, request: VerifyInput) -> Verdict:
-        """Is the decision signed by the key of the approver it names, and not expired?"""
+        """Is the decision signed by the key this worker now holds for the approver it names, alive
+        and not longer than this worker allows, and not used in another verification?"""
         decision = request.decision
         key = self._approvers.get(decision.decided_by)
         if key is None:
             return Verdict(valid=False, why=f"{decision.decided_by[:80]!r} is not an approver on this worker")
         expires = parse_time(decision.expires_at)
-        if expires is None or expires <= datetime.now(timezone.utc):
+        now = datetime.now(timezone.utc)
+        if expires is None or expires <= now:
             return Verdict(valid=False, why=f"expired at {decision.expires_at[:40]}")
+        if expires > now + self._max_lifetime:
+            return Verdict(valid=False, why=f"expires at {decision.expires_at[:40]}: this worker accepts decisions "
+                                            f"valid for at most {_duration(self._max_lifetime)} "
+                                            "(DECISION_MAX_LIFETIME_SECONDS); sign it again with a shorter lifetime")
+        if not decision.nonce:
+            return Verdict(valid=False, why="no nonce: a decision needs one to be used once (starter.py sign)")
         try:
             key.verify(base64.b64decode(decision.signature, validate=True), signed_message(decision))
         except (InvalidSignature, ValueError):
             return Verdict(valid=False, why=f"the signature is not {decision.decided_by[:80]}'s over this decision")
-        return Verdict(valid=True)
+        info = activity.info()
+        used = await asyncio.to_thread(self._nonces.use, decision, expires,
+                                       f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}")
+        return Verdict(valid=False, why=used) if used else Verdict(valid=True)
+
+
+class DecisionNonces:
+    """The nonces of decisions that verified, in the ledger's database (table `decision_nonces`)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def use(self, decision: ResolveInput, expires: datetime, seen_by: str) -> str | None:
+        """Spend the decision's nonce for the verification `seen_by` (workflow/run/activity id):
+        None when it is this verification's (first seen now, or by an earlier attempt of it), else why not."""
+        now = time.time()
+        with self._db.connect() as conn:
+            conn.execute("DELETE FROM decision_nonces WHERE expires_at < :before",
+                         {"before": now - NONCE_PRUNE_AFTER_SECONDS})
+            conn.execute(
+                "INSERT INTO decision_nonces (nonce, task_id, intent_key, decided_by, first_seen_by, expires_at,"
+                " created_at) VALUES (:nonce, :task, :key, :by, :seen, :expires, :now) ON CONFLICT (nonce) DO NOTHING",
+                {"nonce": decision.nonce, "task": decision.task_id, "key": decision.intent_key,
+                 "by": decision.decided_by, "seen": seen_by, "expires": expires.timestamp(), "now": now})
+            first = conn.execute("SELECT first_seen_by, created_at FROM decision_nonces WHERE nonce = :nonce",
+                                 {"nonce": decision.nonce}).fetchone()
+        if first is not None and first["first_seen_by"] == seen_by:
+            return None
+        if first is None:  # cannot be (the row was just written or was there): refuse rather than guess
+            return "the decision's nonce could not be recorded; send it again"
+        when = datetime.fromtimestamp(first["created_at"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return (f"this decision was used already: verified at {when} in {first['first_seen_by'][:300]}; "
+                "a new decision needs a new signature")
+
+
+def decision_nonces(db: Database, task_id: str | None = None) -> list[dict]:
+    """The spent nonces (of one task, or all), oldest first."""
+    sql = "SELECT nonce, task_id, intent_key, decided_by, first_seen_by, expires_at, created_at FROM decision_nonces"
+    with db.connect() as conn:
+        rows = conn.execute(sql + (" WHERE task_id = :task" if task_id is not None else "") + " ORDER BY created_at",
+                            {"task": task_id}).fetchall()
+    return [dict(r) for r in rows]
+
+
+def _duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
 
 
 # --- keys and signing (the approver's side) --------------------------------------------------

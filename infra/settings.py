@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     escalation_timeout_seconds: int = Field(default=24 * 3600, gt=0)
     approvers: str = Field(default="", description="name=public key (base64), comma-separated; "
                            "`starter.py keygen` prints one. Empty: nobody may decide")
+    decision_max_lifetime_seconds: int = Field(default=4 * 3600, gt=0, description="the longest a signed decision"
+                                               " may be valid (its signer sets expires_at): one expiring later is"
+                                               " refused")
     disabled_tools: str = Field(default="", description="comma-separated tools no task of this worker gets")
     reconcile_every_minutes: float = Field(default=5, ge=0, description="0 turns the reconciliation schedule off")
 

@@ -12,6 +12,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.authority import AuthorityActivities, new_key_file, public_key_from
+from activities.db import Database
 from core.models import ResolveInput, VerifyInput
 
 from devstack.stack import Stack
@@ -77,7 +78,9 @@ def test_sign_prints_a_decision_the_worker_can_verify(tmp_path: Path):
     decision = ResolveInput.model_validate_json(done.stdout)
     assert (decision.task_id, decision.intent_key, decision.provider_ref) == ("ticket-SU-88421",
                                                                                "v1:issue_refund:abc", "re_1")
-    verify = AuthorityActivities(None, {"ops@example.com": public_key_from(public)}, 0, 0, 1).verify_decision
+    db = Database(tmp_path / "agent.db")  # where the verified decision's nonce is kept
+    db.create()
+    verify = AuthorityActivities(db, {"ops@example.com": public_key_from(public)}, 0, 0, 1).verify_decision
     verdict = asyncio.run(ActivityEnvironment().run(verify, VerifyInput(decision=decision)))
     assert verdict.valid, verdict.why
     forged = decision.model_copy(update={"provider_ref": "re_2"})

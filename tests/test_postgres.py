@@ -60,8 +60,9 @@ def test_migrations_create_the_schema_and_are_idempotent(pg_url: str):
         tables = {r["table_name"] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'").fetchall()}
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()["version_num"]
-    assert {"effects", "orders", "outbox", "alerts", "dead_letters", "reconciliations", "budgets", "holds"} <= tables
-    assert version == "0002"
+    assert {"effects", "orders", "outbox", "alerts", "dead_letters", "reconciliations", "budgets", "holds",
+            "decision_nonces"} <= tables
+    assert version == "0003"
 
 
 def _claim_many(url: str, key: str, threads: int, go, results) -> None:
@@ -104,6 +105,63 @@ def test_exactly_one_intent_row_wins_across_processes(pg_url: str):
     assert {owner for _, owner in claims} == set(winners), "every loser saw the winner's row"
     with Database(pg_url).connect() as conn:
         assert conn.execute("SELECT count(*) AS n FROM effects").fetchone()["n"] == 1
+
+
+def _verify_many(url: str, decision_json: str, approvers: str, threads: int, go, results) -> None:
+    """verify_decision of one signed decision from `threads` activities of this process at once."""
+    import dataclasses
+    import threading
+
+    from temporalio.testing import ActivityEnvironment
+
+    from activities.authority import AuthorityActivities, public_key_from
+    from core.models import ResolveInput, VerifyInput
+
+    keys = Settings(approvers=approvers).approver_keys
+    authority = AuthorityActivities(Database(url), {n: public_key_from(k) for n, k in keys.items()}, 0, None, 60)
+    request = VerifyInput(decision=ResolveInput.model_validate_json(decision_json))
+    barrier = threading.Barrier(threads)
+
+    def one(i: int) -> None:
+        env = ActivityEnvironment()
+        seen_by = f"{multiprocessing.current_process().pid}-{i}"
+        env.info = dataclasses.replace(env.info, workflow_id="task", workflow_run_id=seen_by, activity_id="1")
+        barrier.wait()
+        verdict = asyncio.run(env.run(authority.verify_decision, request))
+        results.put((verdict.valid, seen_by, verdict.why))
+
+    go.wait(30)
+    workers = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+
+
+def test_a_signed_decision_verifies_once_across_processes(pg_url: str):
+    """Its nonce is spent once in PostgreSQL, whichever worker verifies it first; the others are told."""
+    from activities.authority import decision_nonces, sign
+    from core.models import ResolveInput
+    from tests.approvers import ALICE, ALICE_KEY, APPROVERS
+
+    Database(pg_url).create()
+    decision = sign(ResolveInput(task_id="task", intent_key="v1:issue_refund:abc", decision="approve",
+                                 decided_by=ALICE), ALICE_KEY).model_dump_json()
+    ctx = multiprocessing.get_context("spawn")
+    go, results = ctx.Event(), ctx.Queue()
+    processes = [ctx.Process(target=_verify_many, args=(pg_url, decision, APPROVERS, 4, go, results))
+                 for _ in range(4)]
+    for p in processes:
+        p.start()
+    go.set()
+    verdicts = [results.get(timeout=60) for _ in range(16)]
+    for p in processes:
+        p.join(30)
+    winners = [seen_by for valid, seen_by, _ in verdicts if valid]
+    assert len(winners) == 1, verdicts
+    assert all("this decision was used already" in why for valid, _, why in verdicts if not valid)
+    [row] = decision_nonces(Database(pg_url), "task")
+    assert row["first_seen_by"] == f"task/{winners[0]}/1"
 
 
 async def test_scenarios_and_faults_end_to_end_on_postgres(client: Client, pg, edge: EdgeControl):
