@@ -97,11 +97,17 @@ def read_decision(data: bytes) -> ResolveInput | str:
 
 
 def screen(decision: ResolveInput, task_id: str, wait: Escalation | None, policy: Policy | None,
-           now: datetime, used_nonces: list[str]) -> tuple[DecisionStatus, str] | None:
+           now: datetime, used_nonces: list[str], *, approvers_now: bool = False,
+           task_approvers: list[str] | None = None) -> tuple[DecisionStatus, str] | None:
     """What the workflow can tell alone: (status, why) when the decision cannot apply, else None.
 
     `ignored` is a decision for something not waiting; `refused` is one that could apply but is not
     authenticated: unsigned, expired, replayed, for another task, or not from an approver.
+
+    With `approvers_now` the signer is checked against the worker's approvers when the signature is
+    (activities/authority.py), not against the list frozen at the task's start: an approver added
+    since can decide, one removed cannot. Only the task's own narrowing (`task_approvers`) is
+    checked here.
     """
     if wait is None:
         return "ignored", "the task is not waiting for a decision"
@@ -113,7 +119,8 @@ def screen(decision: ResolveInput, task_id: str, wait: Escalation | None, policy
         return "ignored", "mark_performed needs provider_ref (the provider's id of the effect)"
     if not (decision.signature and decision.nonce and decision.expires_at):
         return "refused", "not signed: a decision needs expires_at, nonce and signature (starter.py sign)"
-    if policy is None or decision.decided_by not in policy.approvers:
+    allowed = (task_approvers if approvers_now else policy.approvers if policy else None)
+    if policy is None or (allowed is not None and decision.decided_by not in allowed):
         return "refused", f"{decision.decided_by[:80]!r} is not an approver of this task"
     if decision.task_id != task_id:
         return "refused", f"signed for task {decision.task_id[:80]!r}, not {task_id}"

@@ -47,3 +47,9 @@ def bounded_reply(reply: ModelReply) -> ModelReply:
     if not notes and calls == reply.tool_calls and content is reply.content:
         return reply
     return ModelReply(content="\n".join([content, *notes]) if content else "\n".join(notes), tool_calls=calls)
+
+# The server's limit on one payload (Temporal's `limit.blobSize.error`), set by the stacks we ship
+# (devstack, docker-compose): a signal or Update larger than this is refused before it reaches a
+# task's history. The product's own payloads stay well below it (`MAX_WINDOW_BYTES`).
+PAYLOAD_LIMIT_BYTES = 512 * 1024
+MAX_WINDOW_BYTES = 256 * 1024  # the transcript window one model turn carries

@@ -390,6 +390,8 @@ class Carry(BaseModel):
     step_by_key: dict[str, str]
     transcript: list[ChatMessage]
     turn: int
+    resume: list[ToolCall] = Field(default_factory=list, description="the calls of the last reply still to answer: "
+                                                                      "a run that continued as new while waiting")
 
 
 TaskInput.model_rebuild()

@@ -228,10 +228,11 @@ async def test_5_an_empty_resolve_signal_is_recorded_not_raised(client: Client, 
 
 
 async def test_6_huge_decisions_stay_out_of_the_checkpoint(client: Client, strict: Settings, world: World):
-    """Three wrong-key signals with a 900 KB note and a 1 MB decided_by, then a valid approval: paid
-    once, the checkpoint small, every run's input small, no workflow task failed."""
+    """Three wrong-key signals with a 400 KB note and a 450 KB decided_by (just under the server's
+    payload limit, core/bounds.py), then a valid approval: paid once, the checkpoint small, every
+    run's input small, no workflow task failed."""
     task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 2_000_000})
-    note = "n" * 900_000
+    note = "n" * 400_000
     async with running_worker(client, strict):
         handle = await start(client, strict, task)
         cp = await waiting(handle)
@@ -239,7 +240,7 @@ async def test_6_huge_decisions_stay_out_of_the_checkpoint(client: Client, stric
         for n in range(3):
             await handle.signal("resolve", {"intent_key": f"v1:issue_refund:wrong{n}", "decision": "approve",
                                             "decided_by": ALICE, "note": note})
-        await handle.signal("resolve", {"intent_key": key, "decision": "approve", "decided_by": "a" * 1_000_000})
+        await handle.signal("resolve", {"intent_key": key, "decision": "approve", "decided_by": "a" * 450_000})
         cp = await recorded(handle, 4)
         assert [d.status for d in cp.decisions] == ["ignored"] * 4
         assert len(cp.model_dump_json()) < 20_000

@@ -145,9 +145,6 @@ async def test_an_approver_removed_from_the_worker_after_the_task_started_cannot
     assert result.checkpoint.decisions[-1].decision.decided_by == BOB
 
 
-@pytest.mark.xfail(strict=True, reason="workflow side: `screen` refuses a signer missing from the policy frozen "
-                                       "at the task's start before verify_decision can check the worker's current "
-                                       "approvers (see the report of issue 22 item 6)")
 async def test_an_approver_added_to_the_worker_after_the_task_started_can_decide(
     client: Client, strict: Settings, world: World,
 ):

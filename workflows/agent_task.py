@@ -11,7 +11,8 @@ alerted dead letter. Whatever a sender sends is answered or recorded, never rais
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+import math
+from datetime import datetime, timedelta, timezone
 from typing import Awaitable, Callable, Sequence, cast
 
 from temporalio import workflow
@@ -25,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
     from core import names, policies
     from core.authority import DECISIONS_KEPT, narrow, out_of_scope, read_decision, screen
-    from core.bounds import bounded_reply
+    from core.bounds import MAX_WINDOW_BYTES, bounded_reply
     from core.gate import GateCall, Refused, Rejection, validate_call
     from core.keys import call_signature, derive_intent_key
     from core.models import (
@@ -105,6 +106,7 @@ class AgentTaskWorkflow:
             # The system prompt is the worker's: the model activity puts it first (activities/model.py).
             self._transcript = [ChatMessage(role="user", content=task.brief)]
             self._turn = 0
+            self._pending: list[ToolCall] = []
         else:
             self._checkpoint = carry.checkpoint
             self._checkpoint.runs += 1
@@ -112,6 +114,8 @@ class AgentTaskWorkflow:
             self._step_by_key = dict(carry.step_by_key)
             self._transcript = list(carry.transcript)
             self._turn = carry.turn
+            self._pending = list(carry.resume)
+        self._updates = 0  # Updates received by this run: the server takes a bounded number per run
 
     @workflow.run
     async def run(self, task: TaskInput) -> TaskResult:
@@ -167,6 +171,8 @@ class AgentTaskWorkflow:
         return narrow(policy, task)
 
     async def _converse(self, task: TaskInput) -> str:
+        if self._pending:  # the previous run continued as new while one of these calls waited for a person
+            await self._answer_calls(task, self._pending)
         while self._turn < task.max_turns:
             if self._history_budget_spent(task):
                 await self._continue_as_new(task)
@@ -191,12 +197,7 @@ class AgentTaskWorkflow:
                                                 tool_calls=reply.tool_calls))
             if not reply.tool_calls:
                 return reply.content
-            usable = False
-            for call in reply.tool_calls:
-                result = await self._gate(task, call)
-                usable = usable or result.reason not in _UNUSABLE
-                self._transcript.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name,
-                                                    content=result.model_dump_json(exclude_defaults=True)))
+            usable = await self._answer_calls(task, reply.tool_calls)
             self._transcript = self._compact(self._transcript, task.window_messages)
             self._unusable = 0 if usable else self._unusable + 1
             if self._unusable >= task.max_unusable_replies:
@@ -207,11 +208,24 @@ class AgentTaskWorkflow:
             self._touch()
         raise _Stop("dead_lettered", f"turn limit of {task.max_turns} reached without a final answer")
 
+    async def _answer_calls(self, task: TaskInput, calls: list[ToolCall]) -> bool:
+        """Each call through the gate, its answer into the transcript; whether any was usable."""
+        usable = False
+        for i, call in enumerate(calls):
+            self._pending = calls[i:]
+            result = await self._gate(task, call)
+            usable = usable or result.reason not in _UNUSABLE
+            self._transcript.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name,
+                                                content=result.model_dump_json(exclude_defaults=True)))
+        self._pending = []
+        return usable
+
     # --- long runs -----------------------------------------------------------------------
 
     def _window(self, task: TaskInput) -> list[ChatMessage]:
         """What the model sees this turn: the system prompt, the task, the latest messages."""
-        return self._compact(self._transcript, task.window_messages)
+        window = self._compact(self._transcript, task.window_messages)
+        return _within_bytes(window, MAX_WINDOW_BYTES) if self._boundary else window
 
     @staticmethod
     def _compact(transcript: list[ChatMessage], window: int) -> list[ChatMessage]:
@@ -227,6 +241,11 @@ class AgentTaskWorkflow:
             rest = rest[1:]
         return pinned + rest
 
+    def _rollover_due(self) -> bool:
+        """While waiting, continue as new before signals or Updates exhaust the run's history or
+        the server's Updates per run."""
+        return self._boundary and (self._updates >= _UPDATES_PER_RUN or self._history_budget_spent(self._task))
+
     def _history_budget_spent(self, task: TaskInput) -> bool:
         info = workflow.info()
         return (info.is_continue_as_new_suggested()
@@ -234,9 +253,12 @@ class AgentTaskWorkflow:
                 or info.get_current_history_size() > task.max_history_bytes)
 
     async def _continue_as_new(self, task: TaskInput) -> None:
-        """A fresh run with the journal, the checkpoint and a compacted transcript: keys stay settled."""
+        """A fresh run with the journal, the checkpoint and a compacted transcript: keys stay settled.
+        Returns (without continuing) only when a decision was applied while it waited for handlers."""
         await self._alerts_delivered()
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._decision is not None:  # a decision was applied while the handlers finished: act on it here
+            return
         checkpoint = self._checkpoint.model_copy(deep=True)
         reads = [name for name, step in checkpoint.steps.items() if step.intent_key is None]
         for name in reads[:-_READ_STEPS_KEPT]:
@@ -245,8 +267,10 @@ class AgentTaskWorkflow:
         transcript = self._compact(self._transcript, task.window_messages)
         if self._boundary:  # the carried transcript alone must leave the next run room to work
             transcript = _within_bytes(transcript, task.max_history_bytes // 4)
+        if not self._pending:
+            checkpoint.waiting_for = None
         carry = Carry(checkpoint=checkpoint, journal=self._journal, step_by_key=self._step_by_key,
-                      transcript=transcript, turn=self._turn)
+                      transcript=transcript, turn=self._turn, resume=self._pending)
         workflow.continue_as_new(task.model_copy(update={"carry": carry}))
 
     # --- the gate ------------------------------------------------------------------------
@@ -285,7 +309,12 @@ class AgentTaskWorkflow:
         Before anyone is asked about a keyed call, and before an answer that rests on the world is
         kept, the ledger and the provider are read (`_read_world`): what they settle is not put to a
         person, and a decision they contradict is refused and recorded."""
-        reason, detail = self._needs_human_first(task, call)
+        carried = self._checkpoint.waiting_for
+        if self._boundary and carried is not None and carried.intent_key == call.decision_key:
+            # The previous run continued as new while this call waited: the same question, not a new run of it.
+            reason, detail = carried.reason, carried.detail
+        else:
+            reason, detail = self._needs_human_first(task, call)
         ran = False
         while True:
             if reason is None:
@@ -470,23 +499,36 @@ class AgentTaskWorkflow:
         decision is answered as applied when it is taken."""
         timeout = self._policy.escalation_timeout_seconds
         now = workflow.now()
-        self._checkpoint.escalations += 1
-        workflow.metric_meter().create_counter("agent_escalations", "Escalations to a human, by reason").add(
-            1, {"reason": reason})
+        earlier = self._checkpoint.waiting_for
+        # The same question, asked again by a run that continued as new while it waited: its deadline
+        # stands, and it is neither counted nor alerted again.
+        repeat = self._boundary and earlier is not None and earlier.intent_key == key
+        if repeat:
+            timeout = max(1, math.ceil((_parse_iso(cast(Escalation, earlier).deadline) - now).total_seconds()))
+        else:
+            self._checkpoint.escalations += 1
+            workflow.metric_meter().create_counter("agent_escalations", "Escalations to a human, by reason").add(
+                1, {"reason": reason})
         self._checkpoint.waiting_for = Escalation(
             intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail[:2000],
-            since=_iso(now), deadline=_iso(now + timedelta(seconds=timeout)), allowed=ALLOWED[reason],
-            world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
+            since=earlier.since if repeat and earlier else _iso(now),
+            deadline=earlier.deadline if repeat and earlier else _iso(now + timedelta(seconds=timeout)),
+            allowed=ALLOWED[reason], world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
-        alert = self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail[:500]}")
-        if self._boundary:  # the task waits (and can be decided) while the alert is delivered, retried on its own
-            self._alerts.append(asyncio.ensure_future(alert))
-        else:
-            await alert
+        if not repeat:
+            alert = self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail[:500]}")
+            if self._boundary:  # the task waits (and can be decided) while the alert is delivered, retried on its own
+                self._alerts.append(asyncio.ensure_future(alert))
+            else:
+                await alert
         try:
-            await workflow.wait_condition(lambda: self._decision is not None, timeout=timedelta(seconds=timeout))
+            await workflow.wait_condition(lambda: self._decision is not None or self._rollover_due(),
+                                          timeout=timedelta(seconds=timeout))
         except asyncio.TimeoutError:
             pass
+        if self._decision is None and self._rollover_due():
+            # What senders sent while it waited fills the history: the question goes on in a fresh run.
+            await self._continue_as_new(self._task)
         if self._decision is None:  # a decision applied as the deadline passed still counts
             raise _Stop("dead_lettered", f"no decision on {reason} for {key} within {timeout} s")
         decision, self._decision = self._decision, None
@@ -511,6 +553,7 @@ class AgentTaskWorkflow:
     async def on_update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
         """`decide`: the same decision for callers that need an answer. A decision that does not apply
         is recorded too, and the caller gets why as the Update's failure."""
+        self._updates += 1
         if name != "decide":
             record = self._log_decision("update", "ignored", f"no update named {name[:64]!r}; decisions go to "
                                                              "`decide`")
@@ -531,6 +574,25 @@ class AgentTaskWorkflow:
             await workflow.wait_condition(lambda: self._decision is not decision)
         return DecisionReceipt(intent_key=decision.intent_key, decision=decision.decision,
                                decided_by=decision.decided_by, state=self._checkpoint.state)
+
+    @on_update.validator
+    def _admit_update(self, name: str, args: Sequence[RawValue]) -> None:
+        """Refuse, before anything is written to the history, an Update that the workflow can tell
+        alone will not apply: another name, an unreadable payload, a decision the screen refuses.
+        The sender gets why; the history and the server's Updates per run are spent only on
+        decisions whose signature is worth checking."""
+        if not self._boundary:
+            return
+        if name != "decide":
+            raise ValueError(f"no update named {name[:64]!r}; decisions go to `decide`")
+        if len(args) != 1:
+            raise ValueError(f"a decision is one JSON object; got {len(args)} arguments")
+        parsed = read_decision(args[0].payload.data)
+        if isinstance(parsed, str):
+            raise ValueError(parsed)
+        problem = self._screen(parsed)
+        if problem is not None:
+            raise ValueError(f"decision {problem[0]}: {problem[1]}")
 
     async def _consider(self, via: str, args: Sequence[RawValue]) -> DecisionRecord:
         """Read, screen and verify one decision; apply it if it holds. Never raises."""
@@ -569,7 +631,8 @@ class AgentTaskWorkflow:
         if self._decision is not None:
             return "ignored", "a decision was applied already; the task is acting on it"
         return screen(decision, self._task.task_id, self._checkpoint.waiting_for, self._checkpoint.policy,
-                      workflow.now(), self._checkpoint.used_nonces)
+                      workflow.now(), self._checkpoint.used_nonces, approvers_now=self._boundary,
+                      task_approvers=self._task.approvers)
 
     def _log_decision(self, via: str, status: DecisionStatus, why: str | None,
                       decision: ResolveInput | None = None, raw: str | None = None) -> DecisionRecord:
@@ -708,6 +771,7 @@ _POLICY_FAILURE = "policy-failure-dead-letters"
 # and before a decision that rests on it is kept (`_read_world`); a task's own ceiling goes to the tool.
 _BOUNDARY = "human-boundary"
 _ANSWERS_KEPT = 8
+_UPDATES_PER_RUN = 1000  # the server refuses Updates past 2,000 per run (limit.workflowExecution.maxTotalUpdates)
 _ENDED = ("completed", "dead_lettered", "cancelled")
 _WORLD_READS = 4  # reads of one intent per question: each after the last request in flight could land
 
@@ -760,6 +824,10 @@ def _within_bytes(transcript: list[ChatMessage], limit: int) -> list[ChatMessage
 
 def _cause(err: FailureError) -> str:
     return getattr(err.cause, "message", None) or str(err.cause or err)
+
+
+def _parse_iso(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
 
 def _iso(moment) -> str:

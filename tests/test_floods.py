@@ -1,0 +1,85 @@
+"""A waiting task under a flood of what senders may send: it never outgrows its history, keeps
+answering queries and the question it waits on, and one valid signed decision still pays once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.service import RPCError
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from activities.world import World
+from core.bounds import PAYLOAD_LIMIT_BYTES
+from infra.settings import Settings
+from tests.approvers import signed
+from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
+
+
+def over_ceiling(settings: Settings) -> Settings:
+    """SU-88421's $118.00 is over this ceiling: the task waits for an approval."""
+    return settings.model_copy(update={"approval_ceiling_cents": 10000})
+
+
+async def test_big_signals_are_refused_or_roll_the_wait_over_instead_of_ending_the_task(
+    client: Client, settings: Settings, world: World,
+):
+    strict = over_ceiling(settings)
+    async with running_worker(client, strict):
+        handle = await start(client, strict, scenario_task("SU-88421"))
+        asked = await waiting(handle)
+        with pytest.raises(RPCError, match="(?i)size"):  # refused at the server's door: not in any history
+            await handle.signal("resolve", "x" * 1_900_000)
+        for i in range(30):  # 12 MB in all, each just under the server's limit
+            await handle.signal("resolve", "x" * (PAYLOAD_LIMIT_BYTES - 20_000))
+        description = await handle.describe()
+        assert description.status.name == "RUNNING"
+        cp = await checkpoint(handle)
+
+        async def rolled_over():
+            cp = await checkpoint(handle)
+            return cp if cp.runs > 1 and cp.state == "awaiting_human" else None
+        cp = await wait_for(rolled_over, "the wait to go on in a fresh run", 120)
+        assert cp.waiting_for.intent_key == asked.waiting_for.intent_key
+        assert cp.waiting_for.deadline == asked.waiting_for.deadline, "the deadline stands"
+        assert cp.escalations == 1, "the same question, not a new one"
+        assert cp.decision_counts.get("ignored", 0) >= 1
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
+        result = await handle.result()
+    assert result.state == "completed"
+    assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
+
+
+async def test_thousands_of_refused_updates_leave_the_decide_update_working(
+    client: Client, settings: Settings, world: World,
+):
+    """The server takes 2,000 Updates per run: what the workflow can refuse alone is refused by the
+    Update's validator (never written to the history), so a person's `decide` still gets through
+    after 2,100 refused ones."""
+    strict = over_ceiling(settings)
+    async with running_worker(client, strict):
+        handle = await start(client, strict, scenario_task("SU-88421"))
+        key = (await waiting(handle)).waiting_for.intent_key
+        refused = 0
+
+        async def one(i: int) -> None:
+            """Sent until answered: an Update in flight when the run continues as new is aborted by the
+            server, and its sender sends it again (to the new run)."""
+            nonlocal refused
+            for _ in range(5):
+                try:
+                    await handle.execute_update("decide", {"not": "a decision", "i": i})
+                except WorkflowUpdateFailedError:
+                    refused += 1
+                    return
+                except RPCError as err:
+                    assert "aborted" in str(err)
+        for batch in range(300):  # the server takes 10 Updates in flight per task
+            await asyncio.gather(*(one(batch * 7 + i) for i in range(7)))
+        assert refused == 2100
+        receipt = await handle.execute_update("decide", signed(handle.id, key, "approve"))
+        assert receipt["decision"] == "approve"
+        result = await handle.result()
+    assert result.state == "completed"
+    assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
