@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
@@ -27,9 +27,10 @@ from activities.payments import StripeGateway
 from devstack.seed import seed_scenarios
 from infra.settings import Settings
 from activities.records import Records
-from core.models import DecisionReceipt, ResolveInput, TaskInput
+from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput
 from devstack.scenarios import SCENARIOS, long_run
 from devstack.edge_control import EdgeControl, preset
+from devstack.polling import poll_until
 from devstack.stack import STRIPE_API_KEY, Stack
 from starter import redrive, start_task
 from tests.approvers import APPROVERS, signed
@@ -179,6 +180,46 @@ async def continue_as_new(r: Recorder) -> list[WorkflowHandle]:
     return [r.client.get_workflow_handle(long.task_id, run_id=w.run_id) for w in sorted(runs, key=lambda w: w.start_time)]
 
 
+async def refused_by_the_world(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings()
+    r.edge.configure("passthrough", [
+        {"method": "POST", "path": "/v1/refunds", "fault": "timeout_after_accept", "nth": [1], "delay_seconds": 2.0},
+        {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0}])
+    async with build_worker(r.client, settings):
+        handle = await start_task(r.client, settings, task("SU-88421", "refused-by-the-world"))
+        cp = await waiting(handle)
+        r.edge.configure("passthrough")
+        try:
+            await handle.execute_update("decide", ResolveInput(**signed(handle.id, cp.waiting_for.intent_key,
+                                                                        "mark_not_performed")))
+        except WorkflowUpdateFailedError:
+            pass  # refused: the provider shows the refund
+        await handle.result()
+    return [handle]
+
+
+async def flooded_wait(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings(approval_ceiling_cents=10000)
+    async with build_worker(r.client, settings):
+        first = await start_task(r.client, settings, task("SU-88421", "flooded-wait"))
+        cp = await waiting(first)
+        for _ in range(8):
+            await first.signal("resolve", "x" * 480_000)
+
+        async def rolled_over():
+            now = await first.query("checkpoint", result_type=Checkpoint)
+            return now if now.runs > 1 and now.state == "awaiting_human" else None
+        await poll_until(rolled_over, "the wait to go on in a fresh run", 60)
+        await first.signal("resolve", signed(first.id, cp.waiting_for.intent_key, "approve"))
+        result = await first.result()
+
+    async def every_run():
+        runs = [e async for e in r.client.list_workflows(f'WorkflowId="{first.id}"')]
+        return runs if len(runs) == result.checkpoint.runs else None
+    runs = sorted(await poll_until(every_run, "every run to be listed", 30), key=lambda e: e.start_time)
+    return [r.client.get_workflow_handle(first.id, run_id=e.run_id) for e in runs]
+
+
 PATHS = [
     Path_("su-88421-happy", "support ticket: order, policy, refund, seller, pickup, customer",
           lambda r: happy(r, "SU-88421")),
@@ -199,6 +240,11 @@ PATHS = [
           policy_unreadable),
     Path_("refund-8841-crash-resume", "worker SIGKILLed after the provider accepted the refund; a fresh "
           "worker verifies and finishes", crash_and_resume),
+    Path_("su-88421-refused-by-the-world", "refund landed while the provider could not be read -> unknown -> "
+          "the world read before asking -> a mark_not_performed Update refused by the world check -> completed "
+          "with the refund", refused_by_the_world),
+    Path_("su-88421-flooded-wait", "over the ceiling; 480 KB signals fill the waiting run's history -> it "
+          "continues as new and asks the same question -> approved in the last run", flooded_wait),
     Path_("long-run-continue-as-new", "60 turns with a 200-event budget: each run continues as new, carrying "
           "the journal", continue_as_new),
 ]
