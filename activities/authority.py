@@ -66,7 +66,8 @@ class AuthorityActivities:
             kind=request.kind, tools=[t for t in KINDS[request.kind].tools if t not in self._disabled],
             approvers=sorted(self._approvers), refund_ceiling_cents=self._refund_ceiling,
             payment_ceiling_cents=self._payment_ceiling, escalation_timeout_seconds=self._escalation_timeout,
-            parties=await asyncio.to_thread(self._parties, request.facts))
+            parties=await asyncio.to_thread(self._parties, request.facts),
+            approver_keys={name: public_key_text(key) for name, key in sorted(self._approvers.items())})
 
     def _parties(self, facts: dict[str, str]) -> list[str]:
         parties = []

@@ -6,7 +6,9 @@ task. The product then writes the money sentence from these records (core/claims
 model's words.
 
     issued          every live intent in scope is performed, with a provider reference and amount the
-                    provider holds, and there is at least one
+                    provider holds, and there is at least one; or, with none of the task's own, the
+                    provider holds refunds of the named item made before (a second ticket's refund
+                    answered already_performed is the earlier one)
     pending_review  an intent in scope is in flight or in doubt (`intent`, `unknown`): a request may
                     have landed, or a person decides. (A refund that waits for a human's approval
                     holds the task's gate: no message of the task runs until it is decided.)
@@ -93,6 +95,12 @@ def refund_truth(db: Database, task_id: str, order_id: str, item_id: str | None,
     if performed:
         refunded = [Refunded(r["item_id"], r["amount_cents"], currency, r["provider_ref"]) for r in performed]
         return RefundTruth("issued", f"the ledger and the provider hold {shown}", refunded, rows)
+    earlier = [p for p in provider if p.status in ("succeeded", "pending") and item_id is not None
+               and p.item_id == item_id]
+    if earlier:  # refunded before this task (another ticket): its call was answered already_performed
+        refunded = [Refunded(item_id, p.amount_cents, currency, p.ref) for p in earlier]
+        return RefundTruth("issued", f"the provider holds {', '.join(p.ref for p in earlier)} for {item_id}, "
+                                     f"refunded before this task", refunded, rows)
     return RefundTruth("not_issued", f"the ledger holds {shown} and the provider holds no refund of this task",
                        rows=rows)
 

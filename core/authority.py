@@ -13,9 +13,13 @@ signature with the public key the worker holds (activities/authority.py).
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime, timezone
 from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from core.keys import canonical_json
 from core.kinds import FACT_OF_ARGUMENT, KINDS, fact_values
@@ -24,6 +28,18 @@ from core.models import DecisionStatus, Escalation, Policy, ResolveInput, TaskIn
 SIGNING_CONTEXT = b"agent-decision/v1\n"
 MAX_DECISION_BYTES = 8192
 DECISIONS_KEPT = 20
+
+
+def signature_holds(decision: ResolveInput, public_key: str) -> bool:
+    """Whether the decision's signature verifies with this base64 Ed25519 public key. Pure and
+    deterministic, so the workflow can tell a forged decision from a signed one without an activity;
+    never raises."""
+    try:
+        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key, validate=True))
+        key.verify(base64.b64decode(decision.signature, validate=True), signed_message(decision))
+        return True
+    except (InvalidSignature, ValueError, TypeError):
+        return False
 
 
 def signed_message(decision: ResolveInput) -> bytes:

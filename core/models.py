@@ -200,6 +200,8 @@ class Policy(BaseModel):
     payment_ceiling_cents: int | None = Field(description="None: the deployment sets no payment ceiling")
     escalation_timeout_seconds: int
     parties: list[str] = Field(default_factory=list, description="addresses a message may go to")
+    approver_keys: dict[str, str] = Field(default_factory=dict, description="the approvers' public keys at the "
+                                          "task's start: a decision they sign skips the queue of signature checks")
 
 
 class PolicyInput(BaseModel):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.service import RPCError
 
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -83,3 +84,22 @@ async def test_thousands_of_refused_updates_leave_the_decide_update_working(
         result = await handle.result()
     assert result.state == "completed"
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
+
+
+async def test_forged_decisions_cannot_starve_the_real_approvers(client: Client, settings: Settings, world: World):
+    """Forty well-formed decisions claiming the real approver, signed with a key nobody trusts, sent at
+    once; the real approver's signal right behind them is not refused for load, and applies."""
+    strict = over_ceiling(settings)
+    mallory = Ed25519PrivateKey.generate()
+    async with running_worker(client, strict):
+        handle = await start(client, strict, scenario_task("SU-88421"))
+        key = (await waiting(handle)).waiting_for.intent_key
+        forged = [signed(handle.id, key, "approve", signer=mallory, note=f"forged {i}") for i in range(40)]
+        await asyncio.gather(*(handle.signal("resolve", f) for f in forged),
+                             handle.signal("resolve", signed(handle.id, key, "approve", note="the real one")))
+        result = await asyncio.wait_for(handle.result(), 120)  # refused for load, it would wait for ever
+    assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
+    applied = [d for d in result.checkpoint.decisions if d.status == "applied"]
+    assert [d.decision.note for d in applied] == ["the real one"]
+    assert not any("too many" in (d.why or "") and d.decision and d.decision.note == "the real one"
+                   for d in result.checkpoint.decisions)
