@@ -48,8 +48,7 @@ def bounded_reply(reply: ModelReply) -> ModelReply:
         return reply
     return ModelReply(content="\n".join([content, *notes]) if content else "\n".join(notes), tool_calls=calls)
 
-# The server's limit on one payload (Temporal's `limit.blobSize.error`), set by the stacks we ship
-# (devstack, docker-compose): a signal or Update larger than this is refused before it reaches a
-# task's history. The product's own payloads stay well below it (`MAX_WINDOW_BYTES`).
-PAYLOAD_LIMIT_BYTES = 512 * 1024
-MAX_WINDOW_BYTES = 256 * 1024  # the transcript window one model turn carries
+# The transcript window one model turn carries: far below Temporal's 2 MB per payload. (The server's
+# payload limit is left at its default: an Update's acceptance or rejection echoes its request, so a
+# lower limit than the server enforces on Update requests would fail the workflow task instead.)
+MAX_WINDOW_BYTES = 256 * 1024

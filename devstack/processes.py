@@ -26,12 +26,10 @@ from typing import IO
 
 import psutil
 
-from core.bounds import PAYLOAD_LIMIT_BYTES
 from core.names import SEARCH_ATTRIBUTES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
-BLOB_LIMIT_BYTES = PAYLOAD_LIMIT_BYTES
 POLL_INTERVAL = 0.05
 
 
@@ -346,10 +344,6 @@ class TemporalDevServer(ManagedProcess):
             "--sqlite-pragma", "journal_mode=wal",
             "--sqlite-pragma", "synchronous=normal",
             "--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000",
-            # What one signal, Update or payload may carry: a sender's 2 MB signals would otherwise fill a
-            # task's 50 MB history in 26 sends. Ours stay far below (the model's window is cut to 256 KB).
-            "--dynamic-config-value", f"limit.blobSize.error={BLOB_LIMIT_BYTES}",
-            "--dynamic-config-value", f"limit.blobSize.warn={BLOB_LIMIT_BYTES // 2}",
         ]
         if self.headless:
             cmd.append("--headless")

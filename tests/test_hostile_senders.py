@@ -125,7 +125,8 @@ def _message(rng: random.Random, task_id: str, key: str) -> Message:
 
 
 async def _send(handle: WorkflowHandle, message: Message) -> str:
-    """`recorded` for a signal accepted by the server; for an Update, how the task answered it;
+    """`recorded` for a signal accepted by the server; for an Update, how the task answered it
+    (`answered`: refused by its validator, before the history; `refused`: recorded, then refused);
     `server` when the server itself turned the message away (an empty name, say)."""
     try:
         if message.via == "signal":
@@ -136,6 +137,8 @@ async def _send(handle: WorkflowHandle, message: Message) -> str:
         return "server"
     except WorkflowUpdateFailedError as err:
         cause = err.cause
+        if isinstance(cause, ApplicationError) and cause.type == "ValueError":
+            return "answered"
         return "refused" if isinstance(cause, ApplicationError) and cause.type == "DecisionNotApplied" else repr(cause)
     return "applied"
 
@@ -154,7 +157,7 @@ async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_noth
         for start_at in range(0, len(plan), BATCH):
             batch = plan[start_at:start_at + BATCH]
             answers += await asyncio.gather(*(_send(h, m) for h, m in batch))
-        delivered = [(h, m) for (h, m), a in zip(plan, answers) if a != "server"]
+        delivered = [(h, m) for (h, m), a in zip(plan, answers) if a not in ("server", "answered")]
         sent = {h.id: sum(1 for g, _ in delivered if g is h) for h in handles}
 
         async def all_recorded():
@@ -163,8 +166,8 @@ async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_noth
         cps = await wait_for(all_recorded, "every message to be recorded", 180)
 
         updates = [a for (_, m), a in zip(plan, answers) if m.via == "update" and a != "server"]
-        assert len(delivered) >= 2000 and len(updates) > 300, (len(delivered), len(updates))
-        assert set(updates) == {"refused"}, f"seed {SEED}: {[a for a in updates if a != 'refused'][:3]}"
+        assert len(delivered) >= 1500 and len(updates) > 300, (len(delivered), len(updates))
+        assert set(updates) <= {"refused", "answered"}, f"seed {SEED}: {[a for a in updates if a != 'refused'][:3]}"
         for cp in cps:
             assert cp.state == "awaiting_human" and cp.decision_counts.get("applied", 0) == 0, cp.decision_counts
             assert sum(cp.decision_counts.values()) == sent[cp.task_id]
