@@ -12,6 +12,8 @@ model's words.
     pending_review  an intent in scope is in flight or in doubt (`intent`, `unknown`): a request may
                     have landed, or a person decides. (A refund that waits for a human's approval
                     holds the task's gate: no message of the task runs until it is decided.)
+                    With no intent of the task in scope, refunds the provider holds naming the task are
+                    issued: the provider is the record of money moved.
     not_issued      no intent in scope is live and the provider holds no refund of the task in scope
 """
 
@@ -86,6 +88,10 @@ def refund_truth(db: Database, task_id: str, order_id: str, item_id: str | None,
     if missing:
         return RefundTruth(None, f"the ledger holds {shown}, but the provider does not hold "
                                  f"{', '.join(str(r['provider_ref']) for r in missing)} as recorded", rows=rows)
+    if unexplained and not rows:  # no intent of the task in scope: the provider's records are all there is
+        refunded = [Refunded(p.item_id, p.amount_cents, currency, p.ref) for p in unexplained]
+        return RefundTruth("issued", f"the ledger holds no refund intent of this task; the provider holds "
+                                     f"{', '.join(p.ref for p in unexplained)} naming it", refunded, rows)
     if pending or unexplained:
         if performed:
             return RefundTruth(None, f"the ledger holds {shown}: some performed, some in flight or in doubt; "

@@ -34,7 +34,8 @@ class UnsafeRefund:
         record = self._records.order(args.order_id)
         try:
             refund = self._gateway.refund(record.payment_intent_id, args.amount_cents, str(uuid.uuid4()),
-                                          {"task_id": call.task_id, "order_id": args.order_id})
+                                          {"task_id": call.task_id, "order_id": args.order_id,
+                                           "item_id": args.item_id})
         except Exception:
             return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, message="refund failed", retryable=True)
         return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED,

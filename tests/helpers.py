@@ -3,6 +3,7 @@ starting tasks the way starter.py does, and reading what they did."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from contextlib import asynccontextmanager
@@ -29,8 +30,18 @@ async def start(client: Client, settings: Settings, task: TaskInput) -> Workflow
     return await start_task(client, settings, task)
 
 
-async def run(client: Client, settings: Settings, task: TaskInput) -> TaskResult:
-    return await (await start(client, settings, task)).result()
+async def run(client: Client, settings: Settings, task: TaskInput, timeout: float = 240.0) -> TaskResult:
+    """The task's result; a task still open after `timeout` seconds fails the test with its state."""
+    return await finished(await start(client, settings, task), timeout)
+
+
+async def finished(handle: WorkflowHandle, timeout: float = 240.0) -> TaskResult:
+    try:
+        return await asyncio.wait_for(handle.result(), timeout)
+    except asyncio.TimeoutError:
+        cp = await checkpoint(handle)
+        raise AssertionError(f"{handle.id} still {cp.state} after {timeout:.0f} s, waiting for "
+                             f"{cp.waiting_for}") from None
 
 
 wait_for = poll_until

@@ -26,7 +26,7 @@ from core.tools import REGISTRY
 from devstack.courier_api import CourierAPI
 from devstack.seed import seed_order
 from infra.settings import Settings
-from tests.helpers import run, start, unique
+from tests.helpers import finished, run, start, unique
 from worker import build_worker
 from workflows import AgentTaskWorkflow
 
@@ -161,7 +161,7 @@ async def test_a_task_using_the_tool_replays(client: Client, settings: Settings,
     courier.stall_next = 1
     async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
         handle = await start(client, settings, pickup_task(order.order_id, "lamp-1", "lamp-1"))
-        await handle.result()
+        await finished(handle)
     history = await handle.fetch_history()
     assert any(e.activity_task_scheduled_event_attributes.activity_type.name == "book_courier"
                for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
@@ -174,7 +174,7 @@ async def test_two_tickets_at_once_book_one_pickup(client: Client, settings: Set
     courier.stall_next = 1  # the first booking is slow to answer, so the second ticket arrives while it is in flight
     async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
         handles = [await start(client, settings, pickup_task(order.order_id, "lamp-1")) for _ in range(2)]
-        results = [await h.result() for h in handles]
+        results = [await finished(h) for h in handles]
     assert [b["item_id"] for b in courier.bookings] == ["lamp-1"]
     outcomes = sorted(s.outcome for r in results for s in book_steps(r))
     assert outcomes == sorted([Outcome.PERFORMED, Outcome.ALREADY_PERFORMED])

@@ -31,7 +31,7 @@ from devstack.stack import Stack
 from infra.codec import data_converter
 from infra.settings import Settings
 from tests.approvers import ALICE, BOB, signed
-from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
 from worker import build_worker
 
 MALLORY = "mallory@example.com"
@@ -78,7 +78,7 @@ async def test_1_approvers_and_deadlines_come_from_the_worker_not_the_task_input
         assert all("not an approver" in d.why for d in cp.decisions)
         assert cp.state == "awaiting_human" and world.refunds("SU-88421") == []
         await handle.signal("resolve", signed(handle.id, key, "approve", by=ALICE))
-        result = await handle.result()
+        result = await finished(handle)
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
     assert result.checkpoint.decisions[-1].status == "applied"
 
@@ -125,7 +125,7 @@ async def test_2_a_decision_is_authenticated_scoped_and_used_once(
         edge.configure("passthrough")
         [refund] = world.refunds("SU-88421")
         await handle.signal("resolve", signed(handle.id, key, "mark_performed", provider_ref=refund["id"]))
-        result = await handle.result()
+        result = await finished(handle)
     assert len(world.refunds("SU-88421")) == 1 and result.state == "completed"
     assert [d.status for d in result.checkpoint.decisions].count("applied") == 2
 
@@ -162,7 +162,7 @@ async def test_4_a_ticket_touches_only_its_order_and_its_parties(client: Client,
     task = scenario_task("SU-88421", script_calls=calls).model_copy(update={"max_unusable_replies": 10})
     async with running_worker(client, settings):
         handle = await start(client, settings, task)
-        result = await handle.result()
+        result = await finished(handle)
     steps = result.checkpoint.steps
     assert [(s.tool, s.outcome, s.reason) for s in steps.values()] == [
         ("send_payment", Outcome.NOT_PERFORMED, "not_offered"),
@@ -196,7 +196,7 @@ async def test_4_a_payment_pays_only_its_invoice_to_its_payee_and_waits_over_its
         assert (cp.waiting_for.tool, cp.waiting_for.reason) == ("send_payment", "approval_required")
         assert world.payments("INV-9") == []
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     reasons = [(s.tool, s.reason) for s in result.checkpoint.steps.values()]
     assert reasons[:2] == [("send_email", "out_of_scope"), ("lookup_invoice", "out_of_scope")]
     assert [p["amount_cents"] for p in world.payments("INV-9")] == [420000]
@@ -222,7 +222,7 @@ async def test_5_an_empty_resolve_signal_is_recorded_not_raised(client: Client, 
         assert "got 0 arguments" in cp.decisions[0].why and "got 2 arguments" in cp.decisions[1].why
         assert "no signal named 'approve'" in cp.decisions[2].why
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
     assert await workflow_task_failures(handle) == 0
 
@@ -245,7 +245,7 @@ async def test_6_huge_decisions_stay_out_of_the_checkpoint(client: Client, stric
         assert [d.status for d in cp.decisions] == ["ignored"] * 4
         assert len(cp.model_dump_json()) < 20_000
         await handle.signal("resolve", signed(handle.id, key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
     assert len(result.checkpoint.model_dump_json()) < 20_000
     assert await workflow_task_failures(handle) == 0
@@ -279,7 +279,7 @@ async def test_7_with_encryption_failure_messages_are_encoded(stack: Stack, sett
     task = scenario_task("SU-88421")
     async with build_worker(client, encrypted, backend=_LeakyModel()):
         handle = await start(client, encrypted, task)
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "dead_lettered" and "maya.okafor@example.com" in result.final_answer
     raw = await Client.connect(stack.address, data_converter=pydantic_data_converter)
     history = await raw.get_workflow_handle(task.task_id).fetch_history()
@@ -300,7 +300,7 @@ async def test_7_a_password_in_the_model_url_reaches_no_failure_log_or_dead_lett
     caplog.set_level(logging.DEBUG)
     async with build_worker(client, settings, backend=backend):
         handle = await start(client, settings, task)
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "dead_lettered" and "unreachable" in result.final_answer
     history = await handle.fetch_history()
     assert "Hunter2Secret" not in _history_text(history.to_json())
@@ -332,5 +332,5 @@ async def test_8_refused_updates_are_answered_before_they_reach_the_history(clie
         assert not [e for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
         receipt = await handle.execute_update("decide", ResolveInput(**signed(handle.id, key, "approve")))
         assert receipt["decision"] == "approve"
-        result = await handle.result()
+        result = await finished(handle)
     assert len(world.refunds("SU-88421")) == 1 and result.checkpoint.decisions[-1].via == "update"

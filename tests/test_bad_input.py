@@ -18,7 +18,7 @@ from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput
 from core.tools import REGISTRY
 from tests.approvers import signed
-from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for
+from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for
 
 REFUND = {"order_id": "SU-88421", "item_id": "oak-shelf-4", "amount_cents": 11800, "currency": "usd",
           "reason": "arrived damaged"}
@@ -125,7 +125,7 @@ async def test_hostile_model_never_fails_a_workflow_task_or_overpays(client: Cli
         cp = await wait_for(settled, "the task to finish or wait for a human")
         if cp.state == "awaiting_human":
             await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "abort"))
-        await handle.result()
+        await finished(handle)
     history = await handle.fetch_history()
     assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
     refunds = world.refunds("SU-88421")
@@ -147,5 +147,5 @@ async def test_ticket_text_cannot_raise_the_ceiling_or_skip_approval(client: Cli
         await wait_for(waiting_for_approval, "the approval wait")
         assert world.refunds("SU-88421") == []
         await handle.signal("resolve", signed(handle.id, (await checkpoint(handle)).waiting_for.intent_key, "reject"))
-        await handle.result()
+        await finished(handle)
     assert world.refunds("SU-88421") == []

@@ -25,7 +25,7 @@ from core.models import Outcome
 from core.names import SEARCH_ATTRIBUTES
 from devstack.edge_control import EdgeControl, preset
 from starter import redrive
-from tests.helpers import running_worker, scenario_task, start, waiting
+from tests.helpers import finished, running_worker, scenario_task, start, waiting
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -50,7 +50,7 @@ async def test_unanswered_escalation_becomes_a_dead_letter_and_redrive_pays_noth
     task = scenario_task("SU-88421")
     async with running_worker(client, fast):
         handle = await start(client, fast, task)
-        result = await handle.result()  # time skips past the escalation deadline
+        result = await finished(handle)  # time skips past the escalation deadline
         assert result.state == "dead_lettered"
         assert "no decision on unknown_outcome" in result.final_answer
 
@@ -64,7 +64,7 @@ async def test_unanswered_escalation_becomes_a_dead_letter_and_redrive_pays_noth
 
         again, _, was = await redrive(client, fast, task.task_id)
         assert was == "dead_lettered"
-        redriven = await again.result()
+        redriven = await finished(again)
     assert redriven.state == "completed"
     assert len(world.refunds("SU-88421")) == 1
     step = redriven.checkpoint.steps["issue_refund"]
@@ -79,7 +79,7 @@ async def test_approval_deadline_dead_letters_without_paying(skipping: WorkflowE
     task = scenario_task("SU-88421")
     async with running_worker(skipping.client, strict):
         handle = await start(skipping.client, strict, task)
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "dead_lettered" and world.refunds("SU-88421") == []
     assert "86400 s" in result.final_answer
     [letter] = dead_letters(Database(settings.agent_db_path), task.task_id)
@@ -95,7 +95,7 @@ async def test_a_policy_that_cannot_be_read_dead_letters_the_task_and_redrive_fi
     with sqlite3.connect(settings.agent_db_path) as conn:  # the worker's records, unreadable
         conn.execute("ALTER TABLE orders RENAME TO orders_away")
     async with running_worker(client, settings):
-        result = await (await start(client, settings, task)).result()
+        result = await finished(await start(client, settings, task))
         assert result.state == "dead_lettered"
         assert result.final_answer.startswith("could not load the task's policy")
         assert result.checkpoint.turns == 0
@@ -109,6 +109,6 @@ async def test_a_policy_that_cannot_be_read_dead_letters_the_task_and_redrive_fi
         assert world.refunds("SU-88421") == []
         again, _, was = await redrive(client, settings, task.task_id)
         assert was == "dead_lettered"
-        redriven = await again.result()
+        redriven = await finished(again)
     assert redriven.state == "completed"
     assert len(world.refunds("SU-88421")) == 1

@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.world import World
 from infra.settings import Settings
 from tests.approvers import signed
-from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
 
 
 def over_ceiling(settings: Settings) -> Settings:
@@ -45,7 +45,7 @@ async def test_big_signals_are_refused_or_roll_the_wait_over_instead_of_ending_t
         assert cp.escalations == 1, "the same question, not a new one"
         assert cp.decision_counts.get("ignored", 0) >= 1
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed"
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
 
@@ -79,7 +79,7 @@ async def test_thousands_of_refused_updates_leave_the_decide_update_working(
         assert refused == 2100
         receipt = await handle.execute_update("decide", signed(handle.id, key, "approve"))
         assert receipt["decision"] == "approve"
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed"
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
 

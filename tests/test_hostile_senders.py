@@ -29,7 +29,7 @@ from activities.world import World
 from core.authority import DECISIONS_KEPT
 from infra.settings import Settings
 from tests.approvers import ALICE, BOB, signed
-from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
 
 SEED = 20261201
 TASKS = 4
@@ -176,7 +176,7 @@ async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_noth
 
         for handle, key in zip(handles, keys):
             await handle.signal("resolve", signed(handle.id, key, "abort", note="end of the test"))
-        results = [await h.result() for h in handles]
+        results = [await finished(h) for h in handles]
     assert {r.state for r in results} == {"cancelled"}
     assert world.refunds("SU-88421") == [] and world.effects() == ledger
     assert all(world.messages(h.id) == [] for h in handles)

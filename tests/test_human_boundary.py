@@ -25,7 +25,7 @@ from devstack.edge_control import EdgeControl
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
 from tests.approvers import signed
-from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
 from tests.test_money_boundary import assert_ledger_equals_provider, fresh_order, refund_call, scripted, until
 from worker import provider_terms
 
@@ -86,7 +86,7 @@ async def test_a_person_is_asked_only_after_a_request_in_flight_can_no_longer_la
                                               note="nothing on the dashboard"))
         await decided(handle, "applied")
         edge.configure("passthrough")
-        result = await handle.result()
+        result = await finished(handle)
     assert refunds_of(world, "SU-88421") == [11800], "the person's answer let no second refund out"
     assert result.checkpoint.steps["issue_refund"].outcome in SETTLED
     assert_ledger_equals_provider(world, "SU-88421")
@@ -133,7 +133,7 @@ async def test_attempts_exhausted_after_the_refund_landed_is_settled_without_ask
 ):
     async with running_worker(client, settings, replace=[answer_lost(settings)]):
         handle = await start(client, settings, scenario_task("SU-88421"))
-        result = await handle.result()
+        result = await finished(handle)
     assert refunds_of(world, "SU-88421") == [11800]
     step = result.checkpoint.steps["issue_refund"]
     assert step.outcome is Outcome.PERFORMED and result.checkpoint.escalations == 0, step.trail
@@ -161,7 +161,7 @@ async def test_an_answer_the_provider_contradicts_is_refused_and_the_refund_stan
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await handle.execute_update("decide", signed(handle.id, cp.waiting_for.intent_key, answer))
         assert refund["id"] in str(refused.value.cause)
-        result = await handle.result()
+        result = await finished(handle)
     assert refunds_of(world, "SU-88421") == [11800]
     [record] = [d for d in result.checkpoint.decisions if d.via == "world_check"]
     assert record.status == "refused" and refund["id"] in record.why
@@ -196,7 +196,7 @@ async def test_a_tasks_own_ceiling_counts_its_refunds_in_total(client: Client, s
         cp = await wait_for(next_question, "the third refund's question", 60)
         assert cp.waiting_for.reason == "approval_required" and refunds_of(world, order.order_id) == [4000]
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "reject"))
-        result = await handle.result()
+        result = await finished(handle)
     assert refunds_of(world, order.order_id) == [4000]
     assert result.checkpoint.escalations == 2
 

@@ -13,7 +13,7 @@ from core.models import Checkpoint, Outcome
 from devstack.edge_control import EdgeControl
 from infra.settings import Settings
 from tests.approvers import signed
-from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
 
 NOTHING_HAPPENED = [  # the refund never reaches the provider, and nobody can read its refunds
     {"method": "POST", "path": "/v1/refunds", "fault": "error_before_commit", "nth": [1]},
@@ -50,7 +50,7 @@ async def test_mark_performed_with_a_made_up_reference_is_refused_when_nothing_h
         await handle.signal("resolve", signed(handle.id, key, "mark_performed", provider_ref="re_made_up"))
         cp = await refused(handle, 1)
         assert "the provider has no effect re_made_up" in cp.decisions[-1].why
-        result = await handle.result()
+        result = await finished(handle)
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800], "the retry refunded it once"
     step = result.checkpoint.steps["issue_refund"]
     assert step.outcome is Outcome.PERFORMED
@@ -73,7 +73,7 @@ async def test_mark_performed_under_another_refunds_id_is_refused(client: Client
         await handle.signal("resolve", signed(handle.id, key, "mark_performed", provider_ref=elsewhere.id))
         cp = await refused(handle, 1)
         assert f"holds this intent as {refund['id']}" in cp.decisions[-1].why
-        result = await handle.result()
+        result = await finished(handle)
     assert [r["id"] for r in world.refunds("SU-88421")] == [refund["id"]]
     [row] = [e for e in world.effects(handle.id) if e["tool"] == "issue_refund"]
     assert (row["status"], row["provider_ref"]) == ("performed", refund["id"])

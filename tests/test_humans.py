@@ -15,7 +15,7 @@ from core.models import DecisionReceipt, Outcome, ResolveInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl, preset
 from tests.approvers import ALICE, signed
-from tests.helpers import checkpoint, run, running_worker, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, finished, run, running_worker, scenario_task, start, wait_for, waiting
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ async def test_unknown_refund_is_found_by_its_search_attribute_and_resolved_by_s
         edge.configure("passthrough")
         [refund] = world.refunds("SU-88421")
         await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "mark_performed", provider_ref=refund["id"]))
-        result = await handle.result()
+        result = await finished(handle)
 
     assert result.state == "completed"
     assert len(world.refunds("SU-88421")) == 1
@@ -70,7 +70,7 @@ async def test_over_ceiling_refund_approved_by_update_pays_once(client: Client, 
         receipt = await handle.execute_update(
             "decide", ResolveInput(**decision(handle, cp.waiting_for.intent_key, "approve")), result_type=DecisionReceipt)
         assert receipt.decision == "approve" and receipt.intent_key == cp.waiting_for.intent_key
-        result = await handle.result()
+        result = await finished(handle)
     refunds = world.refunds("SU-88421")
     assert [r["amount_cents"] for r in refunds] == [11800]
     assert world.gateway.find_refund(world.records.order("SU-88421").payment_intent_id,
@@ -84,7 +84,7 @@ async def test_over_ceiling_refund_rejected_pays_nothing(client: Client, strict:
         handle = await start(client, strict, task)
         cp = await waiting(handle)
         await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "reject"))
-        result = await handle.result()
+        result = await finished(handle)
     assert world.refunds("SU-88421") == []
     step = result.checkpoint.steps["issue_refund"]
     assert (step.outcome, step.reason) == (Outcome.NOT_PERFORMED, "rejected_by_human")
@@ -116,7 +116,7 @@ async def test_a_decision_for_another_call_or_malformed_changes_nothing(client: 
         assert "does not apply to approval_required" in cp.decisions[3].why
         assert cp.state == "awaiting_human" and world.refunds("SU-88421") == []
         await handle.signal("resolve", decision(handle, key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert len(world.refunds("SU-88421")) == 1
     assert [d.status for d in result.checkpoint.decisions] == ["ignored"] * 4 + ["applied"]
 
@@ -129,7 +129,7 @@ async def test_model_escalation_waits_and_continues_on_approval(client: Client, 
         cp = await waiting(handle)
         assert cp.waiting_for.reason == "model_request" and cp.waiting_for.tool == "escalate_to_human"
         await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "approve", note="I will call the buyer"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed" and world.refunds("SU-88421") == []
     assert result.checkpoint.steps["issue_refund"].reason == "exceeds_item_price"
 
@@ -149,7 +149,7 @@ async def test_unusable_model_replies_go_back_as_errors_then_escalate(client: Cl
         reasons = [s.reason for s in cp.steps.values()]
         assert reasons == ["unknown_tool", "malformed_arguments", "invalid_arguments"]
         await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "approve", note="one more try"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
 
 

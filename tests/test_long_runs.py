@@ -9,14 +9,14 @@ from activities.world import World
 from infra.settings import Settings
 from core.models import Outcome
 from devstack.scenarios import long_run
-from tests.helpers import running_worker, start, unique
+from tests.helpers import finished, running_worker, start, unique
 
 
 async def test_long_task_continues_as_new_and_keeps_its_journal(client: Client, settings: Settings, world: World):
     task = long_run(turns=120, task_id=unique("long")).model_copy(update={"max_history_events": 400})
     async with running_worker(client, settings):
         handle = await start(client, settings, task)
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed" and result.checkpoint.turns == 120
     assert result.checkpoint.runs >= 3, "the task continued as new"
     refund = result.checkpoint.steps["issue_refund"]

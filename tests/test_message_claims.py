@@ -13,7 +13,7 @@ from activities.world import World
 from core.claims import money_in_text, split_statement
 from core.models import TaskInput
 from infra.settings import Settings
-from tests.helpers import checkpoint, run, running_worker, start, waiting
+from tests.helpers import checkpoint, finished, run, running_worker, start, waiting
 from tests.test_money_boundary import fresh_order, refund_task, refund_call, scripted
 
 
@@ -50,7 +50,7 @@ async def test_told_issued_while_the_refund_waits_for_approval_nothing_is_sent(c
         assert first.status == "not_performed" and first.asks == 1
         assert "records show not_issued" in first.result["message"]
         await handle.cancel()
-        await handle.result()
+        await finished(handle)
     assert world.messages(task.task_id) == []
 
 

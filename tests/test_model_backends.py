@@ -38,7 +38,7 @@ from core.names import MODEL_TURN_ACTIVITY
 from core.policies import TOOL_HEARTBEAT as HEARTBEAT_TIMEOUT
 from core.kinds import KINDS, TaskKind
 from core.tools import REGISTRY
-from tests.helpers import running_worker, scenario_task, start
+from tests.helpers import finished, running_worker, scenario_task, start
 from tests.stubs import AnthropicStub, OpenAIStub, Reply, Request, StubServer
 from tests.stubs import anthropic_messages as anthropic_stub
 from tests.stubs import openai_chat as openai_stub
@@ -208,7 +208,7 @@ async def test_refund_asked_three_times_pays_once(client: Client, model: _Protoc
     task = scenario_task("SU-88421")
     async with running_worker(client, model.settings):
         handle = await start(client, model.settings, task)
-        result = await handle.result()
+        result = await finished(handle)
 
     assert result.state == "completed" and result.final_answer == "Refunded 118.00 USD to the buyer."
     refunds = world.refunds("SU-88421")
@@ -245,7 +245,7 @@ async def test_openai_messages_carry_tool_calls_and_tool_roles(client: Client, m
                      model.text("Checked."))
     task = scenario_task("SU-88421")
     async with running_worker(client, model.settings):
-        assert (await (await start(client, model.settings, task)).result()).state == "completed"
+        assert (await finished(await start(client, model.settings, task))).state == "completed"
     messages = model.requests[1].body["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool"]
     assert messages[0]["content"] == SYSTEM_PROMPT and messages[1]["content"] == task.brief
@@ -269,7 +269,7 @@ async def test_anthropic_messages_carry_system_tool_use_and_merged_results(clien
                      model.text("Checked."))
     task = scenario_task("SU-88421")
     async with running_worker(client, model.settings):
-        assert (await (await start(client, model.settings, task)).result()).state == "completed"
+        assert (await finished(await start(client, model.settings, task))).state == "completed"
     body = model.requests[1].body
     assert body["system"] == SYSTEM_PROMPT and body["max_tokens"] == model.settings.model_max_tokens
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
@@ -289,7 +289,7 @@ async def test_rate_limit_and_server_error_are_retried_by_temporal(client: Clien
     model.stub.queue(model.server_error(), model.rate_limited("1"), model.text("Nothing to do."))
     async with running_worker(client, model.settings):
         handle = await start(client, model.settings, scenario_task("SU-88421"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed" and result.final_answer == "Nothing to do."
     assert [r.status for r in model.requests] == [500, 429, 200]
     assert all(r.headers["x-stainless-retry-count"] == "0" for r in model.requests), "SDK retries are off"
@@ -308,7 +308,7 @@ async def test_a_slow_model_heartbeats_through_its_call(client: Client, model: _
     model.stub.queue(model.text("Thought about it.").slow(HEARTBEAT_TIMEOUT.total_seconds() + 0.5))
     async with running_worker(client, model.settings):
         handle = await start(client, model.settings, scenario_task("SU-88421"))
-        assert (await handle.result()).state == "completed"
+        assert (await finished(handle)).state == "completed"
     started, failed = await _model_events(handle)
     assert failed == [] and [s.attempt for s in started] == [1] and len(model.requests) == 1
 
@@ -317,7 +317,7 @@ async def test_rejected_key_ends_the_task_without_retries(client: Client, model:
     model.stub.queue(model.unauthorized())
     async with running_worker(client, model.settings):
         handle = await start(client, model.settings, scenario_task("SU-88421"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "dead_lettered"
     assert "(401)" in result.final_answer and model.key_variable in result.final_answer
     assert len(model.requests) == 1, "neither the SDK nor Temporal retried a rejected key"
@@ -338,7 +338,7 @@ async def test_malformed_arguments_come_back_not_performed(client: Client, model
         model.text("Refunded."),
     )
     async with running_worker(client, model.settings):
-        result = await (await start(client, model.settings, scenario_task("SU-88421"))).result()
+        result = await finished(await start(client, model.settings, scenario_task("SU-88421")))
     assert result.state == "completed"
     (broken_id, broken), (typed_id, typed) = model.results(model.requests[1])
     assert (broken_id, broken["outcome"], broken["reason"], broken["retryable"]) == \
@@ -488,7 +488,7 @@ async def test_a_model_that_sends_megabytes_cannot_brick_its_task(client: Client
     )
     async with running_worker(client, model.settings):
         handle = await start(client, model.settings, scenario_task("SU-88421"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed"
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
     answers = model.results(model.requests[1])

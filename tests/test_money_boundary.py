@@ -31,7 +31,7 @@ from devstack.scenarios import refund_8841
 from devstack.seed import seed_order, seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
-from tests.helpers import checkpoint, run, running_worker, start, unique, waiting
+from tests.helpers import checkpoint, finished, run, running_worker, start, unique, waiting
 
 MODES = ["dedupe", "passthrough"]
 _orders = itertools.count(int(time.time() * 1000) % 10**9 * 100)
@@ -275,7 +275,7 @@ async def test_refunds_made_outside_the_ledger_use_up_the_order(client: Client, 
         kettle = await start(client, settings, refund_task("ORD-8841", "kettle-01", name="kettle"))
         cp = await waiting(kettle)  # the model, told no, hands the ticket to a human
         await kettle.cancel()
-        await kettle.result()
+        await finished(kettle)
     assert sum(r["amount_cents"] for r in world.refunds("ORD-8841")) == 6900
     assert mugs.checkpoint.steps["issue_refund"].outcome is Outcome.PERFORMED
     refused = cp.steps["issue_refund"]
@@ -314,7 +314,7 @@ async def test_splitting_a_refund_never_avoids_a_human(client: Client, settings:
         assert [r["amount_cents"] for r in world.refunds(order.order_id)] == [9000]
         for h in (handle, other_handle):
             await h.cancel()
-        results = [await h.result() for h in (handle, other_handle)]
+        results = [await finished(h) for h in (handle, other_handle)]
     assert {r.state for r in results} == {"cancelled"}
     assert [r["amount_cents"] for r in world.refunds(order.order_id)] == [9000]
 

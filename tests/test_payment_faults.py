@@ -21,7 +21,7 @@ from devstack.edge_control import EdgeControl, preset
 from devstack.stack import Stack
 from devstack.unsafe import naive_refund
 from tests.approvers import signed
-from tests.helpers import run, running_worker, scenario_task, start, waiting
+from tests.helpers import finished, run, running_worker, scenario_task, start, waiting
 
 MODES = ["dedupe", "passthrough"]
 TIMEOUT = 1.0
@@ -156,7 +156,7 @@ async def test_every_fault_ends_in_an_honest_outcome_and_never_pays_twice(
             provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")
             await handle.signal("resolve", signed(handle.id, step.intent_key, "mark_performed",
                                                   provider_ref=provider[0]["id"]))
-        result = await handle.result()
+        result = await finished(handle)
     edge.configure(mode)
     provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")
     assert len(provider) == 1, provider

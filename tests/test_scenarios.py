@@ -10,7 +10,7 @@ from temporalio.client import Client
 from activities.world import World
 from infra.settings import Settings
 from core.models import Outcome
-from tests.helpers import run, running_worker, scenario_task, start
+from tests.helpers import finished, run, running_worker, scenario_task, start
 
 
 def performed(world: World, task_id: str) -> dict[str, int]:
@@ -84,9 +84,9 @@ async def test_starting_the_same_task_twice_runs_it_once(client: Client, setting
     first, second = await asyncio.gather(start(client, settings, task), start(client, settings, task))
     assert first.result_run_id == second.result_run_id
     async with running_worker(client, settings):
-        await first.result()
+        await finished(first)
         again = await start(client, settings, task)
-        assert (await again.result()).state == "completed"
+        assert (await finished(again)).state == "completed"
     runs = [w async for w in client.list_workflows(f'WorkflowId = "{task.task_id}"')]
     assert len(runs) == 1
     assert len(world.refunds("SU-88421")) == 1

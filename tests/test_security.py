@@ -19,7 +19,7 @@ from infra.settings import Settings
 from devstack.polling import poll_until
 from devstack.processes import free_port
 from tests.approvers import signed
-from tests.helpers import checkpoint, running_worker, scenario_task, start, waiting
+from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, waiting
 
 HISTORIES = Path(__file__).parent / "histories"
 STRIPE_KEY = "sk_test_ScanMe7f3a9c41d2"
@@ -75,7 +75,7 @@ async def test_a_live_task_keeps_its_secrets_out_of_history_and_alerts_the_webho
         handle = await start(client, secret, task)
         cp = await waiting(handle)
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
     [(auth, body)] = received
     assert auth == f"Bearer {WEBHOOK_TOKEN}"
@@ -96,7 +96,7 @@ async def test_an_unreachable_alert_webhook_does_not_end_the_task(client: Client
         handle = await start(client, down, task)
         cp = await waiting(handle, timeout=120)
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
     assert result.checkpoint.alert_failures and "escalation approval_required" in result.checkpoint.alert_failures[0]
     # The escalation did not wait for the webhook: the approved refund ran while the alert was still retried.
@@ -147,7 +147,7 @@ async def test_a_failing_alert_webhook_leaves_its_url_secrets_nowhere(
         handle = await start(client, alerting, task)
         cp = await poll_until(lambda: _alert_failed(handle), "the escalation's alert to fail", 120)
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert received and all(WEBHOOK_PATH in r for r in received), "the webhook was reached and answered 500"
     assert "500" in cp.alert_failures[0] and "127.0.0.1" in cp.alert_failures[0]
     history = readable((await handle.fetch_history()).to_json())

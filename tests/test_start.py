@@ -29,7 +29,7 @@ from devstack.polling import poll_until
 from devstack.stack import STRIPE_API_KEY
 from infra.settings import Settings
 from starter import Ticket, start_ticket
-from tests.helpers import running_worker
+from tests.helpers import finished, running_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +93,7 @@ async def test_start_ticket_function_attaches_to_the_same_ticket(client: Client,
     async with running_worker(client, settings):
         first = await start_ticket(client, settings, ticket)
         second = await start_ticket(client, settings, ticket)
-        result = await second.result()
+        result = await finished(second)
     assert first.id == second.id == f"ticket-{ticket.ticket_id}"
     assert result.state == "completed"
     assert len(world_of(settings).refunds(ticket.order.order_id)) == 1

@@ -19,7 +19,7 @@ from infra.settings import Settings
 from devstack.processes import free_port
 from devstack.stack import Stack
 from infra.telemetry import JsonFormatter, runtime, tracing_interceptors
-from tests.helpers import run, scenario_task
+from tests.helpers import finished, run, scenario_task
 from worker import build_worker
 
 
@@ -46,7 +46,7 @@ async def test_metrics_endpoint_counts_outcomes_and_escalations(stack: Stack, se
         from tests.approvers import signed
         cp = await waiting(handle)
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
-        await handle.result()
+        await finished(handle)
         metrics = scrape(port)
     assert "temporal_activity_execution_latency" in metrics or "temporal_workflow_completed" in metrics
     assert sample(metrics, "agent_tool_outcomes", tool="issue_refund", outcome="performed") == 1

@@ -34,7 +34,7 @@ from infra import connection
 from infra.codec import ENCODING, KEY_ID, UNDECODABLE, EncryptionCodec, PayloadKeyError, codec_app, data_converter
 from infra.settings import Settings
 from tests.approvers import signed
-from tests.helpers import checkpoint, scenario_task, start, wait_for, waiting
+from tests.helpers import checkpoint, finished, scenario_task, start, wait_for, waiting
 from worker import build_worker
 
 
@@ -107,7 +107,7 @@ async def test_undecodable_signals_and_updates_are_recorded_and_the_task_still_p
         assert world.refunds("SU-88421") == []
 
         await handle.signal("resolve", signed(handle.id, intent_key, "approve"))
-        result = await handle.result()
+        result = await finished(handle)
     assert result.state == "completed"
     assert result.checkpoint.decision_counts == {"ignored": 2 * len(forged), "applied": 1}
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
