@@ -15,6 +15,10 @@ retry, so the task would answer nothing again. Instead that one payload becomes 
 (`json/undecodable`, `{"undecodable_payload": "<reason>"}`): the workflow's dynamic handlers read
 their RawValue as bytes and record it as not a decision; reading it as a typed value raises
 PayloadKeyError with the reason (the starter's one line about the key); the codec server shows it.
+
+The same holds for a payload that names external storage (encoding `json/external-storage-reference`
+or the `__temporal_external_storage_reference` marker): this deployment stores no payload outside
+Temporal, and the SDK, meeting one with no storage configured, raises while decoding the activation.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.common.v1 import Payloads as _Payloads
 from temporalio.converter import (DataConverter, DefaultFailureConverterWithEncodedAttributes,
                                   EncodingPayloadConverter, PayloadCodec)
-from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "agent-payloads-v1"
@@ -50,7 +54,10 @@ _REASONS = {
     "wrong key": "the task's payloads were encrypted with another key than PAYLOAD_ENCRYPTION_KEY: "
                  "use the worker's key",
     "not a payload": "a payload decrypted with PAYLOAD_ENCRYPTION_KEY is not a Temporal payload",
+    "external storage": "a payload names external storage, which this deployment does not use",
 }
+_REFERENCE_ENCODING = b"json/external-storage-reference"
+_REFERENCE_MARKER = "__temporal_external_storage_reference"
 
 
 class PayloadKeyError(ValueError):
@@ -149,6 +156,24 @@ class _NoKeyCodec(PayloadCodec):
         return [refused("key not set") if p.metadata.get("encoding") == ENCODING else p for p in payloads]
 
 
+def _names_external_storage(payload: Payload) -> bool:
+    return payload.metadata.get("encoding") == _REFERENCE_ENCODING or _REFERENCE_MARKER in payload.metadata
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoExternalStorage(DataConverter):
+    """A payload naming external storage is refused as a marker instead of raised while an activation is
+    decoded (the SDK's own steps raise before any codec or handler sees it). These two steps are the
+    SDK's hooks for external storage, which this deployment never configures;
+    tests/test_undecodable_payloads.py sends both shapes to a real worker and fails if the hooks move."""
+
+    async def _decode_reference_payload_sequence(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [refused("external storage") if _names_external_storage(p) else p for p in payloads]
+
+    async def _external_retrieve_payload_sequence(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [refused("external storage") if _names_external_storage(p) else p for p in payloads]
+
+
 def data_converter(key: str | None) -> DataConverter:
     """The one data converter: pydantic, plus encryption when a key is configured.
 
@@ -157,7 +182,7 @@ def data_converter(key: str | None) -> DataConverter:
     histories see only "Encoded failure". Without one, an encrypted payload is refused with the reason.
     Either way a payload that cannot be decoded is refused alone, as a marker (the module's docstring).
     """
-    converter = dataclasses.replace(pydantic_data_converter, payload_converter_class=_PayloadConverter)
+    converter = _NoExternalStorage(payload_converter_class=_PayloadConverter)
     if not key:
         return dataclasses.replace(converter, payload_codec=_NoKeyCodec())
     return dataclasses.replace(converter, payload_codec=EncryptionCodec(key_from(key)),
