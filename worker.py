@@ -22,6 +22,7 @@ from activities.effects import ProviderTerms
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
+from activities.records import MessageLimits
 from activities.tools import tool_activities
 from core.tools import REGISTRY
 from infra import connection
@@ -87,6 +88,10 @@ def provider_terms(settings: Settings) -> ProviderTerms:
                          lease_seconds=settings.effect_lease_seconds)
 
 
+def message_limits(settings: Settings) -> MessageLimits:
+    return MessageLimits(per_recipient=settings.messages_per_recipient, per_task=settings.messages_per_task)
+
+
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
                  backend: ModelBackend | None = None, replace: Sequence[Callable] = (),
@@ -104,7 +109,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
                             settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
     tools = ToolActivities(db, gateway, settings.approval_ceiling_cents, provider_terms(settings),
-                           settings.payment_approval_ceiling_cents)
+                           settings.payment_approval_ceiling_cents, limits=message_limits(settings))
     activities = tools.activities() + [fn for extra in more_tools for fn in tool_activities(extra)]
     registered = {activity_name(a) for a in activities}
     not_opted_in = frozenset(name for name, spec in REGISTRY.items() if spec.opt_in and name not in registered)

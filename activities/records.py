@@ -7,10 +7,11 @@ import time
 from dataclasses import dataclass
 
 from contextlib import nullcontext
-from typing import ContextManager
+from typing import ContextManager, Literal
 
 from activities.db import Database, _Session
 from core.domain import Invoice, Order
+from core.headers import control_characters
 
 
 @dataclass(frozen=True)
@@ -95,31 +96,110 @@ class Records:
         return row["text"] if row else None
 
 
-def send_once(db: Database, key: str, task_id: str, tool: str, arguments: dict, owner: str,
-              kind: str, recipient: str, subject: str | None, body: str) -> tuple[bool, bool]:
+@dataclass(frozen=True)
+class Outgoing:
+    """One message on its way to the outbox, and the intent it performs."""
+
+    intent_key: str
+    task_id: str
+    tool: str
+    arguments: dict
+    owner: str  # the attempt's call (activities/effects.py Attempt): its own retry finds its row
+    kind: str
+    recipient: str
+    subject: str | None
+    body: str
+
+
+@dataclass(frozen=True)
+class MessageLimits:
+    """How many messages one task may send: to any one recipient, and in all."""
+
+    per_recipient: int = 3
+    per_task: int = 6
+
+
+@dataclass(frozen=True)
+class Sent:
+    now: bool  # this call put it in the outbox
+    mine: bool  # this owner did, now or on an earlier attempt
+
+
+@dataclass(frozen=True)
+class OverCap:
+    """Not sent: the task has sent `sent` messages already, the `cap` of its `scope`."""
+
+    scope: Literal["recipient", "task"]
+    cap: int
+    sent: int
+
+
+# Messages to people count towards the caps; a courier booking (kind "pickup") is not one.
+CAPPED_KINDS = ("email", "seller_message")
+
+
+def header_problem(message: Outgoing) -> str | None:
+    """Why the message's recipient or subject cannot be a header (core/headers.py), or None."""
+    for name, value in (("recipient", message.recipient), ("subject", message.subject or "")):
+        found = control_characters(value)
+        if found:
+            return f"the {name} holds a control character ({', '.join(found[:5])})"
+    return None
+
+
+def send_once(db: Database, message: Outgoing, limits: MessageLimits) -> Sent | OverCap:
     """Put a message in the outbox and mark its intent performed, in one transaction.
 
     The outbox stands in for the mail provider and lives in the ledger's database, so the
-    ledger row and the send commit together. Returns (sent_now, sent_by_this_owner).
+    ledger row and the send commit together. The caps are counted in that transaction, under a
+    lock of the task's outbox (SQLite's write lock; PostgreSQL's advisory lock), so two attempts
+    at the boundary cannot both pass. A message already in the outbox (a retry of its intent) is
+    answered as before and counts nothing.
     """
+    problem = header_problem(message)
+    if problem is not None:  # the argument models refuse these first: this is the last line
+        raise ValueError(f"not written to the outbox: {problem}")
     now = time.time()
-    with db.connect() as conn:
+    with db.exclusive(f"outbox:{message.task_id}") as conn:
+        known = conn.execute("SELECT 1 FROM outbox WHERE intent_key = :key", {"key": message.intent_key}).fetchone()
+        if known is None and message.kind in CAPPED_KINDS:
+            over = _over_cap(conn, message, limits)
+            if over is not None:
+                return over
         sent = conn.execute(
             "INSERT INTO outbox (intent_key, task_id, kind, recipient, subject, body, created_at)"
             " VALUES (:key, :task, :kind, :recipient, :subject, :body, :now) ON CONFLICT (intent_key) DO NOTHING",
-            {"key": key, "task": task_id, "kind": kind, "recipient": recipient, "subject": subject, "body": body,
+            {"key": message.intent_key, "task": message.task_id, "kind": message.kind,
+             "recipient": message.recipient, "subject": message.subject, "body": message.body,
              "now": now}).rowcount == 1
         if not sent:
-            row = conn.execute("SELECT owner FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
-            return False, row is not None and row["owner"] == owner
+            row = conn.execute("SELECT owner FROM effects WHERE intent_key = :key",
+                               {"key": message.intent_key}).fetchone()
+            return Sent(now=False, mine=row is not None and row["owner"] == message.owner)
         conn.execute(
             "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, provider_ref, detail,"
             " created_at, updated_at) VALUES (:key, :task, :tool, :args, 'performed', :owner, :ref, :detail, :now,"
             " :now) ON CONFLICT (intent_key) DO UPDATE SET status = 'performed', owner = excluded.owner,"
             " provider_ref = excluded.provider_ref, updated_at = excluded.updated_at",
-            {"key": key, "task": task_id, "tool": tool, "args": json.dumps(arguments, sort_keys=True),
-             "owner": owner, "ref": f"outbox:{key}", "detail": json.dumps({"recipient": recipient}), "now": now})
-    return True, True
+            {"key": message.intent_key, "task": message.task_id, "tool": message.tool,
+             "args": json.dumps(message.arguments, sort_keys=True), "owner": message.owner,
+             "ref": f"outbox:{message.intent_key}", "detail": json.dumps({"recipient": message.recipient}),
+             "now": now})
+    return Sent(now=True, mine=True)
+
+
+def _over_cap(conn: _Session, message: Outgoing, limits: MessageLimits) -> OverCap | None:
+    """The cap one more message of the task would pass, or None."""
+    kinds = ", ".join(f"'{kind}'" for kind in CAPPED_KINDS)
+    row = conn.execute(
+        "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN LOWER(recipient) = LOWER(:recipient) THEN 1 ELSE 0 END),"
+        f" 0) AS to_recipient FROM outbox WHERE task_id = :task AND kind IN ({kinds})",
+        {"task": message.task_id, "recipient": message.recipient}).fetchone()
+    if row["to_recipient"] >= limits.per_recipient:
+        return OverCap(scope="recipient", cap=limits.per_recipient, sent=row["to_recipient"])
+    if row["total"] >= limits.per_task:
+        return OverCap(scope="task", cap=limits.per_task, sent=row["total"])
+    return None
 
 
 def upsert_confirmation(db: Database, task_id: str, order_id: str, text: str) -> None:

@@ -221,9 +221,13 @@ def _bad_call(turn: int) -> ModelReply:
 
 
 def _scripted_calls(turn: ModelTurnInput) -> ModelReply:
-    """Exactly the calls a test gives, one per turn, whatever the results; then a final answer."""
+    """Exactly the calls a test gives, one per turn (or a list of calls for one turn, as a hostile model
+    sends them all at once), whatever the results; then a final answer."""
     calls = turn.model_options["script_calls"]
     if turn.turn > len(calls):
         return ModelReply(content="I have done what I was told.")
-    call = calls[turn.turn - 1]
-    return ModelReply(tool_calls=[ToolCall(id=f"s{turn.turn}", name=call["name"], arguments=call["arguments"])])
+    entry = calls[turn.turn - 1]
+    if isinstance(entry, dict):
+        return ModelReply(tool_calls=[ToolCall(id=f"s{turn.turn}", name=entry["name"], arguments=entry["arguments"])])
+    return ModelReply(tool_calls=[ToolCall(id=f"s{turn.turn}.{n}", name=c["name"], arguments=c["arguments"])
+                                  for n, c in enumerate(entry, start=1)])

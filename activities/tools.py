@@ -8,6 +8,7 @@ holding the object that implements it (activities/courier.py is a tool outside t
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from temporalio import activity
@@ -19,8 +20,18 @@ from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway
 from activities.claims import refund_records
-from activities.records import OrderRecord, Records, send_once, upsert_confirmation
+from activities.records import (
+    MessageLimits,
+    OrderRecord,
+    Outgoing,
+    OverCap,
+    Records,
+    header_problem,
+    send_once,
+    upsert_confirmation,
+)
 from core.claims import compose, money_in_text, money_sentence
+from core.contacts import contacts_in
 from core.domain import Order
 from core.models import InspectInput, IntentView, Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 from core.tools import (
@@ -79,12 +90,31 @@ def invoice_resource(invoice_id: str) -> str:
     return f"invoice:{invoice_id}"
 
 
+@dataclass(frozen=True)
+class _Party:
+    """A party of an order a tool writes to: the message's kind, its address and subject, and the
+    other party's contact it may not carry (label: value, core/contacts.py)."""
+
+    kind: str
+    address: Callable[[Order], str]
+    subject: str  # formatted with the order_id
+    withheld: Callable[[Order], dict[str, str]]
+
+
+_CUSTOMER = _Party("email", lambda o: o.customer_email, "Your order {order_id}",
+                   lambda o: {"seller email": o.seller_email})
+_SELLER = _Party("seller_message", lambda o: o.seller_email, "Order {order_id}",
+                 lambda o: {"customer email": o.customer_email, "customer name": o.customer_name})
+
+
 class ToolActivities:
     """Holds the stores and the payment gateway; one `@tool` method per tool."""
 
     def __init__(self, db: Database, gateway: StripeGateway, approval_ceiling_cents: int,
-                 terms: ProviderTerms | None = None, payment_ceiling_cents: int | None = None) -> None:
+                 terms: ProviderTerms | None = None, payment_ceiling_cents: int | None = None, *,
+                 limits: MessageLimits | None = None) -> None:
         self._db = db
+        self._limits = limits or MessageLimits()
         self._records = Records(db)
         self._gateway = gateway
         self._ceiling = approval_ceiling_cents
@@ -260,29 +290,36 @@ class ToolActivities:
 
     @tool("notify_customer")
     async def notify_customer(self, call: ToolInput) -> ToolResult:
-        args = NotifyCustomerArgs.model_validate(call.arguments)
-        return await self._to_party(call, args, "email", lambda o: o.customer_email, f"Your order {args.order_id}")
+        return await self._to_party(call, NotifyCustomerArgs.model_validate(call.arguments), _CUSTOMER)
 
     @tool("message_seller")
     async def message_seller(self, call: ToolInput) -> ToolResult:
-        args = MessageSellerArgs.model_validate(call.arguments)
-        return await self._to_party(call, args, "seller_message", lambda o: o.seller_email, f"Order {args.order_id}")
+        return await self._to_party(call, MessageSellerArgs.model_validate(call.arguments), _SELLER)
 
-    async def _to_party(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs, kind: str,
-                        recipient: Callable[[Order], str], subject: str) -> ToolResult:
+    async def _to_party(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs,
+                        party: _Party) -> ToolResult:
         """A message to a party of an order on record: its customer or its seller, never an address
-        the model chose. Its money facts are checked before it is sent (`_money_statement`); the
-        money sentence is the product's, written from the records."""
+        the model chose. Its money facts are checked before it is sent (`_money_statement`), then what
+        it says of the other party (`_Party.withheld`); the money sentence is the product's, written
+        from the records."""
         record = await self._order(args.order_id)
         if record is None:
             return not_performed(call, "unknown_order", f"no order {args.order_id}")
+        order = record.order
+        subject = party.subject.format(order_id=args.order_id)
         if await in_thread(self._in_outbox, require_key(call)):  # sent already: answered as sent, not checked again
-            return await self._send(call, kind, recipient(record.order), subject, args.message)
+            return await self._send(call, party.kind, party.address(order), subject, args.message)
         statement = await in_thread(self._money_statement, call, args, record)
         if isinstance(statement, ToolResult):
             return statement
-        return await self._send(call, kind, recipient(record.order), subject, compose(args.message, statement),
-                                statement)
+        body = compose(args.message, statement)
+        leaked = contacts_in(body, party.withheld(order))  # the whole body: an item_id lands in the money sentence
+        if leaked:
+            return _refused(call, "other_party_data",
+                            f"the message holds the {' and the '.join(leaked)} of the order's other party; nothing "
+                            f"was sent. Write it without them: each party is told only what is theirs.",
+                            {"found": leaked})
+        return await self._send(call, party.kind, party.address(order), subject, body, statement)
 
     def _money_statement(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs,
                          record: OrderRecord) -> str | None | ToolResult:
@@ -334,10 +371,16 @@ class ToolActivities:
     async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str,
                     statement: str | None = None) -> ToolResult:
         key = require_key(call)
-        sent_now, mine = await in_thread(send_once, self._db, key, call.task_id, call.tool, call.arguments,
-                                          Attempt.current().call, kind, recipient, subject, body)
+        message = Outgoing(key, call.task_id, call.tool, call.arguments, Attempt.current().call, kind, recipient,
+                           subject, body)
+        problem = header_problem(message)
+        if problem is not None:
+            return not_performed(call, "unsafe_header", f"{problem}; nothing was sent")
+        sent = await in_thread(send_once, self._db, message, self._limits)
+        if isinstance(sent, OverCap):
+            return _over_cap(call, recipient, sent)
         crash_point(f"{call.tool}:after_send")
-        outcome = Outcome.PERFORMED if (sent_now or mine) else Outcome.ALREADY_PERFORMED
+        outcome = Outcome.PERFORMED if (sent.now or sent.mine) else Outcome.ALREADY_PERFORMED
         data = {"recipient": recipient, "kind": kind, **({"money_statement": statement} if statement else {})}
         return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=attempt_number(), data=data)
 
@@ -365,6 +408,15 @@ def not_performed(call: ToolInput, reason: str, message: str, retryable: bool = 
 def _refused(call: ToolInput, reason: str, message: str, data: dict[str, Any]) -> ToolResult:
     """A message not sent because of what it says: the model may write it again."""
     return not_performed(call, reason, message, retryable=True).model_copy(update={"data": data})
+
+
+def _over_cap(call: ToolInput, recipient: str, over: OverCap) -> ToolResult:
+    """Not sent, and sending it again will not help: the task has used its messages."""
+    whom = f"to {recipient}" if over.scope == "recipient" else "in all"
+    message = (f"this task has sent {over.sent} messages {whom}, its cap of {over.cap} per {over.scope}; nothing "
+               f"was sent. No more can be sent {whom} by this task: escalate_to_human if more must be said.")
+    return not_performed(call, "message_cap", message).model_copy(
+        update={"data": {"scope": over.scope, "cap": over.cap, "sent": over.sent, "recipient": recipient}})
 
 
 def _read_error(call: ToolInput, reason: str, message: str) -> ToolResult:

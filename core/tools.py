@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from core.headers import control_characters, one_line
 from core.models import TaskKind, ToolClass, ToolSchema
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=4000)]
@@ -95,9 +96,25 @@ class SendPaymentArgs(_Money):
 
 
 class SendEmailArgs(_Args):
+    """`to` and `subject` become headers: a control character in `to` is refused, a subject's are
+    written as spaces, so no CR LF ever starts a header of its own (core/headers.py)."""
+
     to: Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, pattern=r"^[^@\s]+@[^@\s]+$")]
-    subject: Text
+    subject: Text = Field(description="One line; line breaks and other control characters become spaces.")
     body: Text
+
+    @field_validator("to", mode="before")
+    @classmethod
+    def _no_control_characters(cls, value: object) -> object:
+        if isinstance(value, str) and control_characters(value):
+            raise ValueError(f"an address holds no control characters; this one holds "
+                             f"{', '.join(control_characters(value)[:5])}")
+        return value
+
+    @field_validator("subject", mode="before")
+    @classmethod
+    def _one_line(cls, value: object) -> object:
+        return one_line(value) if isinstance(value, str) else value
 
 
 class EscalateArgs(_Args):

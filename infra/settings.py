@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     decision_max_lifetime_seconds: int = Field(default=4 * 3600, gt=0, description="the longest a signed decision"
                                                " may be valid (its signer sets expires_at): one expiring later is"
                                                " refused")
+    messages_per_recipient: int = Field(default=3, ge=1, description="messages one task may send to any one"
+                                        " recipient; one more is not sent (activities/records.py send_once)")
+    messages_per_task: int = Field(default=6, ge=1, description="messages one task may send in all")
     disabled_tools: str = Field(default="", description="comma-separated tools no task of this worker gets")
     reconcile_every_minutes: float = Field(default=5, ge=0, description="0 turns the reconciliation schedule off")
 
