@@ -60,6 +60,7 @@ from activities.payments import StripeGateway
 from activities.records import Records
 from activities.world import World
 from core.domain import Order
+from core.kinds import TaskKind, fact_values
 from core.models import (
     Checkpoint,
     DecisionReceipt,
@@ -69,7 +70,6 @@ from core.models import (
     TaskInput,
     TaskResult,
 )
-from core.kinds import TaskKind, fact_values
 from core.names import WORKFLOW_NAME, starting_attributes
 from infra import connection
 from infra.codec import PayloadKeyError
@@ -77,7 +77,6 @@ from infra.exit import run_main
 from infra.redact import redact
 from infra.settings import Settings, load_settings
 from workflows import RECONCILE_WORKFLOW
-
 
 _TASK_TIMEOUT = timedelta(seconds=3)  # a workflow task lost with a dead worker is retried in 3 s
 _LIST_QUERY_TIMEOUT = timedelta(seconds=5)  # a waiting task whose worker is down answers no query
@@ -94,7 +93,8 @@ async def connect(settings: Settings) -> Client:
     except ValueError as err:  # a malformed encryption key or connection profile
         raise StarterError(str(err)) from None
     except Exception as err:
-        raise StarterError(f"cannot reach Temporal at {connection.address(settings)}: {str(err).splitlines()[0]}")
+        first = str(err).splitlines()[0]
+        raise StarterError(f"cannot reach Temporal at {connection.address(settings)}: {first}") from None
 
 
 def gateway_for(settings: Settings) -> StripeGateway:
@@ -275,7 +275,7 @@ async def run_tasks(settings: Settings, tasks: list[TaskInput], as_json: bool) -
     show = not as_json and len(tasks) <= 3
     results = await asyncio.gather(*(follow(h, show) for h in handles))
     summaries = []
-    for task, result in zip(tasks, results):
+    for task, result in zip(tasks, results, strict=True):
         world = world_of(settings, task)
         summaries.append({"task_id": task.task_id, "scenario": task.scenario, "state": result.state,
                           "final_answer": result.final_answer, "world": world,
@@ -520,7 +520,7 @@ async def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
         wait = cp.waiting_for
         return f"{wait.reason} on {wait.tool}, key {wait.intent_key}" if wait else ""
 
-    for task_id, text in zip(ids, await asyncio.gather(*(detail(i) for i in ids))):
+    for task_id, text in zip(ids, await asyncio.gather(*(detail(i) for i in ids)), strict=True):
         print(f"{task_id:<32} {args.status:<15} {text}")
     if not ids:
         print(f"no task is {args.status.replace('_', ' ')}")

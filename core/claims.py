@@ -17,7 +17,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["REFUND_STATUSES", "RefundStatus", "Refunded", "compose", "money_in_text", "money_sentence", "split_statement"]
+__all__ = ["REFUND_STATUSES", "RefundStatus", "Refunded", "compose", "money_in_text", "money_sentence",
+           "split_statement"]
 
 RefundStatus = Literal["issued", "not_issued", "pending_review"]
 REFUND_STATUSES: tuple[str, ...] = ("issued", "not_issued", "pending_review")

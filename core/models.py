@@ -116,7 +116,7 @@ class TaskInput(Compact):
     window_messages: int = Field(default=40, ge=4, description="transcript messages sent to the model per turn")
     max_history_events: int = Field(default=4000, gt=0, description="continue as new past this many events")
     max_history_bytes: int = Field(default=1_500_000, gt=0, description="continue as new past this size")
-    carry: "Carry | None" = Field(default=None, description="state carried over a continue-as-new")
+    carry: Carry | None = Field(default=None, description="state carried over a continue-as-new")
 
 
 Decision = Literal["approve", "reject", "mark_performed", "mark_not_performed", "abort"]
@@ -313,7 +313,7 @@ class ToolInput(Compact):
     tool: str
     arguments: dict[str, Any]
     intent_key: str | None = None
-    approval: "Approval | None" = None
+    approval: Approval | None = None
     ceiling_cents: int | None = Field(default=None, description="the task's own approval ceiling, where it narrows "
                                                                 "the worker's: counted over totals with the claim")
 

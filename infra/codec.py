@@ -1,5 +1,6 @@
 """Encrypted payloads: transcripts hold customer data, so workflow and activity payloads are
-encrypted (AES-256-GCM) before they reach Temporal, with a key from the environment; so are failure messages and stack traces.
+encrypted (AES-256-GCM) before they reach Temporal, with a key from the environment; so are failure
+messages and stack traces.
 
     PAYLOAD_ENCRYPTION_KEY=$(python -m infra.codec new-key)    # 32 random bytes, base64
     python -m infra.codec serve --port 8888                     # codec server for the Web UI
@@ -30,7 +31,8 @@ import json
 import os
 import secrets
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from aiohttp import web
 from cryptography.exceptions import InvalidTag
@@ -39,9 +41,13 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.api.common.v1 import Payloads as _Payloads
-from temporalio.converter import (DataConverter, DefaultFailureConverterWithEncodedAttributes,
-                                  EncodingPayloadConverter, PayloadCodec)
 from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    EncodingPayloadConverter,
+    PayloadCodec,
+)
 
 ENCODING = b"binary/encrypted"
 KEY_ID = "agent-payloads-v1"

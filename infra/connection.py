@@ -12,7 +12,8 @@ One data converter for all (pydantic, plus payload encryption when PAYLOAD_ENCRY
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from temporalio.client import Client, Interceptor
 from temporalio.envconfig import ClientConfigProfile

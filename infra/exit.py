@@ -26,7 +26,8 @@ import logging
 import os
 import sys
 import traceback
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 
 def exit_process(code: int) -> NoReturn:

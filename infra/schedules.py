@@ -10,8 +10,8 @@ from temporalio.client import (
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
-    SchedulePolicy,
     ScheduleOverlapPolicy,
+    SchedulePolicy,
     ScheduleSpec,
 )
 

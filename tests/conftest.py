@@ -13,12 +13,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from devstack.seed import seed_scenarios
 from activities.world import World
-from infra.settings import Settings
 from devstack.edge_control import EdgeControl
+from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
+from infra.settings import Settings
 from tests.approvers import APPROVERS
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Stack:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, Sequence
 
 from temporalio.client import Client, WorkflowHandle
 
-from infra.settings import Settings
-from devstack.polling import poll_until
 from core.models import Checkpoint, TaskInput, TaskResult
+from devstack.polling import poll_until
 from devstack.scenarios import SCENARIOS
+from infra.settings import Settings
 from starter import start_task
 from worker import build_worker
 
@@ -38,7 +38,7 @@ async def run(client: Client, settings: Settings, task: TaskInput, timeout: floa
 async def finished(handle: WorkflowHandle, timeout: float = 240.0) -> TaskResult:
     try:
         return await asyncio.wait_for(handle.result(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         cp = await checkpoint(handle)
         raise AssertionError(f"{handle.id} still {cp.state} after {timeout:.0f} s, waiting for "
                              f"{cp.waiting_for}") from None

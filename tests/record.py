@@ -15,28 +15,28 @@ import json
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from devstack.seed import seed_scenarios
-from infra.settings import Settings
 from activities.records import Records
 from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput
-from devstack.scenarios import SCENARIOS, long_run
 from devstack.edge_control import EdgeControl, preset
 from devstack.polling import poll_until
+from devstack.scenarios import SCENARIOS, long_run
+from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
+from infra.exit import run_main
+from infra.settings import Settings
 from starter import redrive, start_task
 from tests.approvers import APPROVERS, signed
 from tests.helpers import waiting
 from worker import build_worker
-from infra.exit import run_main
 
 HISTORIES = Path(__file__).parent / "histories"
 BAD = HISTORIES / "known-bad"
@@ -46,7 +46,7 @@ BAD = HISTORIES / "known-bad"
 class Path_:
     name: str
     note: str
-    run: Callable[["Recorder"], Awaitable[list[WorkflowHandle]]]
+    run: Callable[[Recorder], Awaitable[list[WorkflowHandle]]]
 
 
 class Recorder:

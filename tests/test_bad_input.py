@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from activities.db import Database
 from activities.tools import ToolActivities
 from activities.world import World
-from infra.settings import Settings
 from core.gate import Rejection, validate_call
 from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput
 from core.tools import REGISTRY
+from infra.settings import Settings
 from tests.approvers import signed
 from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for
 

@@ -14,7 +14,6 @@ from temporalio.testing import ActivityEnvironment
 from activities.authority import AuthorityActivities, new_key_file, public_key_from
 from activities.db import Database
 from core.models import ResolveInput, VerifyInput
-
 from devstack.stack import Stack
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,10 +15,10 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from activities.world import World
-from infra.codec import ENCODING, EncryptionCodec, codec_app, data_converter
-from infra.settings import Settings
 from devstack.processes import free_port
 from devstack.stack import Stack
+from infra.codec import ENCODING, EncryptionCodec, codec_app, data_converter
+from infra.settings import Settings
 from tests.helpers import run, scenario_task
 from worker import build_worker
 from workflows import AgentTaskWorkflow, ReconcileWorkflow

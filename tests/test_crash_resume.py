@@ -12,8 +12,8 @@ import pytest
 from temporalio.client import Client
 
 from activities.world import World
-from infra.settings import Settings
 from devstack.stack import Stack
+from infra.settings import Settings
 from tests.helpers import scenario_task, start
 
 CRASH_POINTS = [

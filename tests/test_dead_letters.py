@@ -8,24 +8,22 @@ import sqlite3
 import sys
 from pathlib import Path
 
-import pytest
 import pytest_asyncio
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-
 from activities.db import Database
 from activities.operations import alerts, dead_letters
 from activities.world import World
-from infra.settings import Settings
 from core.models import Outcome
 from core.names import SEARCH_ATTRIBUTES
 from devstack.edge_control import EdgeControl, preset
+from infra.settings import Settings
 from starter import redrive
-from tests.helpers import finished, running_worker, scenario_task, start, waiting
+from tests.helpers import finished, running_worker, scenario_task, start
 
 
 @pytest_asyncio.fixture(scope="module")

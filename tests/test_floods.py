@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from temporalio.service import RPCError
-
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from activities.world import World
 from infra.settings import Settings
@@ -28,7 +27,7 @@ async def test_big_signals_are_refused_or_roll_the_wait_over_instead_of_ending_t
     async with running_worker(client, strict):
         handle = await start(client, strict, scenario_task("SU-88421"))
         asked = await waiting(handle)
-        for i in range(30):  # 15 MB in all
+        for _ in range(30):  # 15 MB in all
             await handle.signal("resolve", "x" * 500_000)
         description = await handle.describe()
         assert description.status.name == "RUNNING"

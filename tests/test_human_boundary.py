@@ -44,7 +44,7 @@ def refunds_of(world: World, order_id: str) -> list[int]:
     return [r["amount_cents"] for r in world.refunds(order_id)]
 
 
-async def decided(handle, status: str, via: str = "signal") -> Checkpoint:  # noqa: ANN001
+async def decided(handle, status: str, via: str = "signal") -> Checkpoint:
     async def check():
         cp = await checkpoint(handle)
         return cp if any(d.status == status and d.via == via for d in cp.decisions) else None
@@ -114,7 +114,7 @@ def test_the_ledger_keeps_not_performed_from_a_person_until_the_horizon(settings
 # --- 2. a settled intent is never put to a person ---------------------------------------------------
 
 
-def answer_lost(settings: Settings):  # noqa: ANN201
+def answer_lost(settings: Settings):
     """The real refund tool, whose answers never reach the workflow: every attempt refunds (or finds
     the refund) and then fails, as a live attempt timed out by the server does. Attempts run out."""
     db = Database(settings.agent_db_path)

@@ -9,11 +9,11 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.db import Database
 from activities.operations import alerts
 from activities.world import World
-from infra.settings import Settings
 from core.keys import derive_intent_key
 from core.models import DecisionReceipt, Outcome, ResolveInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl, preset
+from infra.settings import Settings
 from tests.approvers import ALICE, signed
 from tests.helpers import checkpoint, finished, run, running_worker, scenario_task, start, wait_for, waiting
 

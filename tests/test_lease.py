@@ -18,11 +18,11 @@ from activities.effects import ProviderTerms
 from activities.ledger import Claimed, EffectLedger, Hold, Request
 from activities.tools import ToolActivities
 from activities.world import World
-from infra.settings import Settings
 from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl
+from infra.settings import Settings
 
 
 def attempt(n: int) -> ActivityEnvironment:

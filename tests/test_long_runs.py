@@ -6,9 +6,9 @@ from __future__ import annotations
 from temporalio.client import Client
 
 from activities.world import World
-from infra.settings import Settings
 from core.models import Outcome
 from devstack.scenarios import long_run
+from infra.settings import Settings
 from tests.helpers import finished, running_worker, start, unique
 
 

@@ -13,8 +13,8 @@ from activities.world import World
 from core.claims import money_in_text, split_statement
 from core.models import TaskInput
 from infra.settings import Settings
-from tests.helpers import checkpoint, finished, run, running_worker, start, waiting
-from tests.test_money_boundary import fresh_order, refund_task, refund_call, scripted
+from tests.helpers import finished, run, running_worker, start, waiting
+from tests.test_money_boundary import fresh_order, refund_call, refund_task, scripted
 
 
 def notify(order_id: str, message: str, **fields) -> dict:
@@ -25,7 +25,7 @@ def script(order_id: str, item_id: str, calls: list[dict], name: str) -> TaskInp
     return scripted(order_id, item_id, [dict(c) for c in calls], name=name)
 
 
-def refusals(cp) -> dict[str, str | None]:  # noqa: ANN001
+def refusals(cp) -> dict[str, str | None]:
     return {name: step.reason for name, step in cp.steps.items() if step.tool == "notify_customer"}
 
 

@@ -14,10 +14,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import formatdate
-from typing import Any, AsyncIterator, Callable, ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import pytest_asyncio
@@ -30,19 +31,18 @@ from activities.backends import RATE_LIMITED, REJECTED, UNAVAILABLE, UNUSABLE
 from activities.backends._errors import retry_after, status_failure
 from activities.backends.anthropic_messages import RAW_ARGUMENTS, messages_request, reply_from_message
 from activities.backends.openai_chat import reply_from_completion
-from activities.model import ModelBackend, make_backend
+from activities.model import SYSTEM_PROMPT, ModelBackend, make_backend
 from activities.world import World
-from infra.settings import PROJECT_ROOT, Settings
+from core.kinds import KINDS, TaskKind
 from core.models import ChatMessage, ModelTurnInput, Outcome, ToolCall
 from core.names import MODEL_TURN_ACTIVITY
 from core.policies import TOOL_HEARTBEAT as HEARTBEAT_TIMEOUT
-from core.kinds import KINDS, TaskKind
 from core.tools import REGISTRY
+from infra.settings import PROJECT_ROOT, Settings
 from tests.helpers import finished, running_worker, scenario_task, start
 from tests.stubs import AnthropicStub, OpenAIStub, Reply, Request, StubServer
 from tests.stubs import anthropic_messages as anthropic_stub
 from tests.stubs import openai_chat as openai_stub
-from activities.model import SYSTEM_PROMPT
 
 REFUND = {"order_id": "SU-88421", "item_id": "oak-shelf-4", "amount_cents": 11800, "currency": "usd",
           "reason": "arrived damaged"}

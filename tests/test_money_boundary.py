@@ -19,19 +19,19 @@ import pytest
 from temporalio.client import Client
 
 from activities.db import Database
-from activities.ledger import Claimed, EffectLedger, Hold, OverBudget, Request, Settled
+from activities.ledger import Claimed, EffectLedger, Hold, Request, Settled
 from activities.payments import StripeGateway
 from activities.records import Records
 from activities.world import World
 from core.domain import Item, Order
-from core.models import Outcome, TaskInput, TaskResult
-from devstack.edge_control import EdgeControl, preset
+from core.models import Outcome, TaskInput
+from devstack.edge_control import EdgeControl
 from devstack.polling import poll_until
 from devstack.scenarios import refund_8841
-from devstack.seed import seed_order, seed_scenarios
+from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
-from tests.helpers import checkpoint, finished, run, running_worker, start, unique, waiting
+from tests.helpers import finished, run, running_worker, start, unique, waiting
 
 MODES = ["dedupe", "passthrough"]
 _orders = itertools.count(int(time.time() * 1000) % 10**9 * 100)
@@ -117,7 +117,7 @@ def _stopped(pid: int) -> bool:
     return psutil.Process(pid).status() == psutil.STATUS_STOPPED
 
 
-async def until(check, what: str, timeout: float = 60.0):  # noqa: ANN001, ANN201
+async def until(check, what: str, timeout: float = 60.0):
     """Poll a blocking check (a file, a process, the edge's counters) with a deadline."""
     async def once():
         return await asyncio.to_thread(check)
@@ -322,7 +322,7 @@ async def test_splitting_a_refund_never_avoids_a_human(client: Client, settings:
 # --- the demo world is seeded once ----------------------------------------------------------------
 
 
-def _seed(db_path: str, stripe_url: str, orders: list[Order], go) -> None:  # noqa: ANN001
+def _seed(db_path: str, stripe_url: str, orders: list[Order], go) -> None:
     go.wait(30)
     records = Records(Database(db_path))
     for order in orders:

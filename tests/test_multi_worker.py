@@ -11,11 +11,11 @@ from temporalio.client import Client
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from devstack.seed import seed_scenarios
 from activities.world import World
-from infra.settings import Settings
 from devstack.scenarios import batch_ticket
+from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
+from infra.settings import Settings
 from tests.helpers import start, unique
 
 TICKETS = 8

@@ -15,11 +15,11 @@ import pytest
 from temporalio.client import Client
 
 from activities.world import World
-from infra.settings import Settings
 from core.models import Outcome, TaskResult
 from devstack.edge_control import EdgeControl, preset
 from devstack.stack import Stack
 from devstack.unsafe import naive_refund
+from infra.settings import Settings
 from tests.approvers import signed
 from tests.helpers import finished, run, running_worker, scenario_task, start, waiting
 

@@ -15,8 +15,8 @@ import os
 import re
 import subprocess
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from playwright.async_api import async_playwright, expect

@@ -14,9 +14,9 @@ from activities.db import Database
 from activities.operations import alerts
 from activities.reconcile import latest_report
 from activities.world import World
-from infra.settings import Settings
 from core.models import ReconcileInput, ReconcileReport
 from infra.schedules import ensure_reconcile_schedule
+from infra.settings import Settings
 from tests.helpers import run, running_worker, scenario_task, wait_for
 from workflows import RECONCILE_WORKFLOW
 

@@ -150,7 +150,7 @@ def _failure_text(err: BaseException) -> str:
 def _raised(make) -> BaseException:
     try:
         make()
-    except BaseException as err:  # noqa: BLE001 - the test wants whatever was raised
+    except BaseException as err:
         return err
     raise AssertionError("nothing raised")
 
@@ -169,7 +169,7 @@ def test_an_activity_error_leaves_with_its_cause_chain_redacted():
         try:
             raise ConnectionError(f"reset by {url}")
         except ConnectionError:
-            raise RuntimeError(f"while posting to {url}")  # implicit context: not sent for a plain exception
+            raise RuntimeError(f"while posting to {url}")  # noqa: B904 (implicit context, not sent for a plain exception)
 
     raw = _raised(leaky_chain)
     assert "SecretPath" in _failure_text(raw), "the raw chain would leak: the test looks at the right place"
@@ -251,7 +251,8 @@ async def get_order_through_a_leaky_client(call: ToolInput) -> ToolResult:
         await asyncio.sleep(0)
         raise OSError(f"GET {LEAKY_URL}: reset")
     except OSError:
-        raise ApplicationError(f"order lookup at {LEAKY_URL} failed again", type="Leaky", non_retryable=True)
+        raise ApplicationError(f"order lookup at {LEAKY_URL} failed again", type="Leaky",  # noqa: B904 (the context leaks)
+                               non_retryable=True)
 
 
 async def test_no_activity_failure_carries_a_url_secret_into_the_history(

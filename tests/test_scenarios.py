@@ -8,8 +8,8 @@ import asyncio
 from temporalio.client import Client
 
 from activities.world import World
-from infra.settings import Settings
 from core.models import Outcome
+from infra.settings import Settings
 from tests.helpers import finished, run, running_worker, scenario_task, start
 
 

@@ -15,9 +15,9 @@ from pydantic import SecretStr
 from temporalio.client import Client
 
 from activities.world import World
-from infra.settings import Settings
 from devstack.polling import poll_until
 from devstack.processes import free_port
+from infra.settings import Settings
 from tests.approvers import signed
 from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, waiting
 

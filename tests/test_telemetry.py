@@ -15,9 +15,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.world import World
-from infra.settings import Settings
 from devstack.processes import free_port
 from devstack.stack import Stack
+from infra.settings import Settings
 from infra.telemetry import JsonFormatter, runtime, tracing_interceptors
 from tests.helpers import finished, run, scenario_task
 from worker import build_worker
@@ -42,8 +42,8 @@ async def test_metrics_endpoint_counts_outcomes_and_escalations(stack: Stack, se
     task = scenario_task("SU-88421", repeat_effects=1)
     async with build_worker(client, strict):
         handle = await client.start_workflow("AgentTask", task, id=task.task_id, task_queue=strict.task_queue)
-        from tests.helpers import waiting
         from tests.approvers import signed
+        from tests.helpers import waiting
         cp = await waiting(handle)
         await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "approve"))
         await finished(handle)

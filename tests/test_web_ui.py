@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from playwright.async_api import Page, async_playwright, expect
@@ -28,10 +28,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from devstack.seed import seed_scenarios
 from activities.world import World
-from infra.settings import Settings
+from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
+from infra.settings import Settings
 from starter import start_task
 from tests.helpers import checkpoint, scenario_task, waiting
 

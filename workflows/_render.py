@@ -84,7 +84,8 @@ def current_details(cp: Checkpoint) -> str:
             f"- why: {_cell(wait.detail)}",
             *([f"- read before asking: {_cell(wait.world)}"] if wait.world else []),
             f"- decisions: {', '.join(wait.allowed)}; deadline {wait.deadline}",
-            f"- approvers: {', '.join(cp.policy.approvers) if cp.policy and cp.policy.approvers else 'none configured'}",
+            "- approvers: " + (', '.join(cp.policy.approvers) if cp.policy and cp.policy.approvers
+                               else 'none configured'),
             "",
             "Print a signed decision (paste it into Send a Signal > `resolve`), or send it with "
             "`starter.py resolve` and the same options:",

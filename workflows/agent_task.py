@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from datetime import datetime, timedelta, timezone
-from typing import Awaitable, Callable, Sequence, cast
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -379,7 +380,8 @@ class AgentTaskWorkflow:
                                     "amount_cents": world.amount_cents, "read_at": world.read_at})
         if world.status == "not_performed" and not_done_settles:
             return ToolResult(tool=call.spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=call.key,
-                              reason="not_performed", retryable=True, data={"source": "world", "read_at": world.read_at},
+                              reason="not_performed", retryable=True,
+                              data={"source": "world", "read_at": world.read_at},
                               message=f"nothing was done: {world.detail}")
         return None
 
@@ -513,7 +515,8 @@ class AgentTaskWorkflow:
             intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail[:2000],
             since=earlier.since if repeat and earlier else _iso(now),
             deadline=earlier.deadline if repeat and earlier else _iso(now + timedelta(seconds=timeout)),
-            allowed=ALLOWED[reason], world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
+            allowed=ALLOWED[reason],
+            world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
         if not repeat:
             alert = self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail[:500]}")
@@ -524,7 +527,7 @@ class AgentTaskWorkflow:
         try:
             await workflow.wait_condition(lambda: self._decision is not None or self._rollover_due(),
                                           timeout=timedelta(seconds=timeout))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         if self._decision is None and self._rollover_due():
             # What senders sent while it waited fills the history: the question goes on in a fresh run.
@@ -836,7 +839,7 @@ def _cause(err: FailureError) -> str:
 
 
 def _parse_iso(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def _iso(moment) -> str:

@@ -22,7 +22,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     latency: float = 0.0
 
-    def slow(self, seconds: float) -> "Reply":
+    def slow(self, seconds: float) -> Reply:
         return replace(self, latency=seconds)
 
 
@@ -55,7 +55,7 @@ class StubServer:
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
 
-    async def __aenter__(self) -> "StubServer":
+    async def __aenter__(self) -> StubServer:
         app = web.Application()
         app.router.add_post(self.route, self._handle)
         self._runner = web.AppRunner(app, access_log=None)
