@@ -6,12 +6,13 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import stripe
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio import activity
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -22,20 +23,18 @@ from activities.effects import ProviderTerms
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
+from activities.reconcile import ReconcileActivities
 from activities.records import MessageLimits
 from activities.tools import tool_activities
+from core.names import SEARCH_ATTRIBUTES
 from core.tools import REGISTRY
-from infra import connection
+from infra import connection, telemetry
 from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.redact import install_log_redaction, redact
-from infra import telemetry
-from infra.settings import Settings, load_settings
-from core.names import SEARCH_ATTRIBUTES
-from activities.reconcile import ReconcileActivities
 from infra.schedules import ensure_reconcile_schedule
+from infra.settings import Settings, load_settings
 from workflows import AgentTaskWorkflow, ReconcileWorkflow
-
 
 log = logging.getLogger("worker")
 
@@ -165,7 +164,8 @@ async def main() -> None:
     client = await connect(settings)
     await check_search_attributes(client, client.namespace)
     if settings.reconcile_every_minutes:
-        await ensure_reconcile_schedule(client, settings.task_queue, timedelta(minutes=settings.reconcile_every_minutes))
+        every = timedelta(minutes=settings.reconcile_every_minutes)
+        await ensure_reconcile_schedule(client, settings.task_queue, every)
     worker = build_worker(client, settings, backend=model)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -22,7 +22,7 @@ import base64
 import os
 import secrets
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -88,7 +88,7 @@ class AuthorityActivities:
         if key is None:
             return Verdict(valid=False, why=f"{decision.decided_by[:80]!r} is not an approver on this worker")
         expires = parse_time(decision.expires_at)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         if expires is None or expires <= now:
             return Verdict(valid=False, why=f"expired at {decision.expires_at[:40]}")
         if expires > now + self._max_lifetime:
@@ -131,7 +131,7 @@ class DecisionNonces:
             return None
         if first is None:  # cannot be (the row was just written or was there): refuse rather than guess
             return "the decision's nonce could not be recorded; send it again"
-        when = datetime.fromtimestamp(first["created_at"], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = datetime.fromtimestamp(first["created_at"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         return (f"this decision was used already: verified at {when} in {first['first_seen_by'][:300]}; "
                 "a new decision needs a new signature")
 
@@ -194,7 +194,7 @@ def load_key_file(path: Path) -> Ed25519PrivateKey:
 def sign(decision: ResolveInput, key: Ed25519PrivateKey, valid_for: timedelta = timedelta(hours=1),
          now: datetime | None = None) -> ResolveInput:
     """The decision with an expiry, a fresh nonce and the approver's signature over all of it."""
-    moment = (now or datetime.now(timezone.utc)) + valid_for
+    moment = (now or datetime.now(UTC)) + valid_for
     unsigned = decision.model_copy(update={"expires_at": moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
                                            "nonce": secrets.token_hex(16), "signature": ""})
     signature = base64.b64encode(key.sign(signed_message(unsigned))).decode()

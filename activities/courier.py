@@ -14,7 +14,8 @@ the activity with the `irreversible` policy; every attempt sends the same client
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import requests
 

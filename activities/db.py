@@ -8,9 +8,10 @@ that are read to be changed are locked with `FOR UPDATE` (see `lock`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -32,12 +33,12 @@ class _Session:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
-    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> "_Result":
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> _Result:
         return _Result(self._conn.execute(text(sql), dict(params or {})))
 
 
 class _Result:
-    def __init__(self, result) -> None:  # noqa: ANN001
+    def __init__(self, result) -> None:
         self._result = result
         self.rowcount = result.rowcount
 
@@ -105,7 +106,7 @@ class Database:
             yield conn
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable
 
 import stripe
 from temporalio import activity
@@ -49,8 +49,8 @@ from activities.ledger import (
     Settled,
 )
 from activities.payments import NotSent, send_before
-from infra.redact import redact
 from core.models import IntentView, Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult, WorldStatus
+from infra.redact import redact
 
 
 class ProviderError(Exception):
@@ -93,7 +93,7 @@ class Attempt:
     last: bool
 
     @classmethod
-    def current(cls) -> "Attempt":
+    def current(cls) -> Attempt:
         info = activity.info()
         limit = info.retry_policy.maximum_attempts if info.retry_policy else 1
         return cls(f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}", info.attempt,

@@ -46,7 +46,7 @@ class Effect:
     updated_at: float
 
     @classmethod
-    def from_row(cls, row) -> "Effect":  # noqa: ANN001
+    def from_row(cls, row) -> Effect:
         return cls(
             intent_key=row["intent_key"], task_id=row["task_id"], tool=row["tool"], status=row["status"],
             owner=row["owner"], attempt=row["attempt"], fence=row["fence"], lease_until=row["lease_until"],
@@ -194,7 +194,7 @@ class EffectLedger:
                                                   {"key": request.intent_key}).fetchone())
         return Claimed(effect, previous)
 
-    def _lock_budgets(self, conn, holds: tuple[Hold, ...]) -> None:  # noqa: ANN001
+    def _lock_budgets(self, conn, holds: tuple[Hold, ...]) -> None:
         for hold in sorted(holds, key=lambda h: h.resource):
             conn.execute("INSERT INTO budgets (resource, limit_cents) VALUES (:resource, :limit)"
                          " ON CONFLICT (resource) DO UPDATE SET limit_cents = excluded.limit_cents",
@@ -202,7 +202,7 @@ class EffectLedger:
             conn.execute("SELECT resource FROM budgets WHERE resource = :resource" + self._db.lock,
                          {"resource": hold.resource})
 
-    def _check_budgets(self, conn, request: Request) -> OverBudget | None:  # noqa: ANN001
+    def _check_budgets(self, conn, request: Request) -> OverBudget | None:
         for hold in request.holds:
             rows = conn.execute(
                 "SELECT e.*, h.amount_cents AS held FROM holds h JOIN effects e ON e.intent_key = h.intent_key"
@@ -216,7 +216,7 @@ class EffectLedger:
                                   [Effect.from_row(r) for r in rows], external)
         return None
 
-    def _check_ceiling(self, conn, request: Request) -> NeedsApproval | None:  # noqa: ANN001
+    def _check_ceiling(self, conn, request: Request) -> NeedsApproval | None:
         """The ceiling counts what a task, an item and an order have refunded in total, not one call."""
         if request.ceiling_cents is None or request.approved:
             return None

@@ -8,7 +8,6 @@ so a replay never calls a model. Real backends read their keys from the environm
 from __future__ import annotations
 
 import functools
-
 from typing import Protocol
 
 from temporalio import activity

@@ -20,9 +20,10 @@ first bytes are written (`fenced_session`): what is left between them is one fun
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any
 
 import requests
 import stripe
@@ -165,7 +166,7 @@ class StripeGateway:
 class UnsentOnlyRetries(stripe.RequestsClient):
     """The SDK's HTTP client, allowed to retry only what never reached the provider."""
 
-    def _should_retry(self, response, api_connection_error, num_retries, max_network_retries):  # noqa: ANN001
+    def _should_retry(self, response, api_connection_error, num_retries, max_network_retries):
         if num_retries >= (max_network_retries or 0):
             return False
         if response is None:
@@ -173,7 +174,7 @@ class UnsentOnlyRetries(stripe.RequestsClient):
         _, status, _ = response
         return status in (409, 429)
 
-    def _handle_request_error(self, e: Exception):  # noqa: ANN202
+    def _handle_request_error(self, e: Exception):
         if isinstance(e, NotSent):  # the fence, not the network: it must reach the effect protocol as it is
             raise e
         try:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-
-from contextlib import nullcontext
-from typing import ContextManager, Literal
+from typing import Literal
 
 from activities.db import Database, _Session
 from core.domain import Invoice, Order
@@ -210,6 +209,6 @@ def upsert_confirmation(db: Database, task_id: str, order_id: str, text: str) ->
             {"task": task_id, "order": order_id, "text": text, "now": time.time()})
 
 
-def _within(db: Database, conn: _Session | None) -> ContextManager[_Session]:
+def _within(db: Database, conn: _Session | None) -> AbstractContextManager[_Session]:
     """The caller's transaction when it has one, else a new one."""
     return nullcontext(conn) if conn is not None else db.connect()

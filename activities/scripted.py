@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolCall, ToolSchema
 
@@ -86,7 +87,8 @@ def _call(step: PlanStep, done: Results, ask: int) -> ModelReply:
 def _escalate(asks: dict[str, list[ToolCall]], results: Results, step: PlanStep, last: dict) -> ModelReply:
     if asks.get("escalate"):
         return ModelReply(content=f"I could not complete {step.tool} ({last.get('reason')}); a human has the task.")
-    reason = f"{step.tool} ended {last.get('outcome') or 'with an error'}: {last.get('reason')} {last.get('message', '')}"
+    ended = last.get('outcome') or 'with an error'
+    reason = f"{step.tool} ended {ended}: {last.get('reason')} {last.get('message', '')}"
     return ModelReply(tool_calls=[ToolCall(id="escalate-1", name="escalate_to_human",
                                            arguments=json.dumps({"reason": reason.strip()}))])
 

@@ -8,18 +8,19 @@ holding the object that implements it (activities/courier.py is a tool outside t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.claims import refund_records
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
 from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway
-from activities.claims import refund_records
 from activities.records import (
     MessageLimits,
     OrderRecord,
@@ -322,7 +323,7 @@ class ToolActivities:
         return await self._send(call, party.kind, party.address(order), subject, body, statement)
 
     def _money_statement(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs,
-                         record: OrderRecord) -> str | None | ToolResult:
+                         record: OrderRecord) -> str | ToolResult | None:
         """The money sentence for the message's `refund_status`, from the ledger and the provider; None
         when it states none; a refusal when its free text states money facts or its status is false."""
         facts = money_in_text(args.message)
@@ -360,7 +361,7 @@ class ToolActivities:
         return await self._send(call, "pickup", "courier", f"Pickup {args.order_id}/{args.item_id}",
                                 f"Collect {args.item_id} from {record.order.customer_name}")
 
-    async def _order(self, order_id: str):  # noqa: ANN202
+    async def _order(self, order_id: str):
         return await in_thread(self._records.order, order_id)
 
     @tool("send_email")

@@ -66,7 +66,7 @@ class _ToParty(_Args):
                                                                                      description=_REFUND_STATUS)
     item_id: Ident | None = Field(default=None, description="The item refund_status speaks of; null: the whole order.")
 
-    def model_dump(self, **kwargs):  # noqa: ANN003, ANN201
+    def model_dump(self, **kwargs):
         """Left out when not given, so a call that states no money fact has the arguments it always had
         (recorded histories and their steps stay as they were)."""
         data = super().model_dump(**kwargs)

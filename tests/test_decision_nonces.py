@@ -11,7 +11,7 @@ import dataclasses
 import sqlite3
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -153,7 +153,7 @@ def test_a_decision_that_does_not_verify_burns_no_nonce(db: Database):
 def test_a_decision_signed_without_a_nonce_is_refused(db: Database):
     """Signed by Alice's key over an empty nonce (not by `starter.py sign`): it could never be used once."""
     unsigned = ResolveInput(task_id=TASK, intent_key=KEY, decision="approve", decided_by=ALICE, note="checked",
-                            expires_at=(datetime.now(timezone.utc) + timedelta(minutes=30)).strftime(
+                            expires_at=(datetime.now(UTC) + timedelta(minutes=30)).strftime(
                                 "%Y-%m-%dT%H:%M:%SZ"))
     signature = base64.b64encode(ALICE_KEY.sign(signed_message(unsigned))).decode()
     verdict = verify(authority(db), unsigned.model_copy(update={"signature": signature}))

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -62,7 +62,7 @@ def ticket(world: World, name: str) -> tuple[str, TaskInput]:
     return order.order_id, refund_task(order.order_id, "lamp-01", name=name)
 
 
-def steps_of(result, tool: str) -> list:  # noqa: ANN001
+def steps_of(result, tool: str) -> list:
     return [s for s in result.checkpoint.steps.values() if s.tool == tool]
 
 
@@ -185,7 +185,7 @@ def test_the_count_reads_the_outbox_by_task(tmp_path: Path):
     assert "outbox_task" in plan, plan
 
 
-def answer_lost_once(settings: Settings, world: World, lost: str):  # noqa: ANN201
+def answer_lost_once(settings: Settings, world: World, lost: str):
     """The real notify_customer, whose first answer about the message `lost` never reaches the
     workflow (after the send committed): Temporal runs the same intent again."""
     tools = ToolActivities(Database(settings.agent_db_path), world.gateway, settings.approval_ceiling_cents,

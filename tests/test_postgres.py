@@ -18,12 +18,12 @@ from temporalio.client import Client
 from activities.db import Database
 from activities.ledger import Claimed, EffectLedger, Hold, Request
 from activities.payments import StripeGateway
-from devstack.seed import seed_scenarios
 from activities.world import World
-from infra.settings import Settings
 from core.models import Outcome
 from devstack.edge_control import EdgeControl, preset
+from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
+from infra.settings import Settings
 from tests.helpers import run, running_worker, scenario_task, start
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
