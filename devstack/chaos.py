@@ -676,8 +676,8 @@ def table(reports: list[ChaosReport]) -> str:
     out.append(row("**lost** (must be 0)", ends("lost")))
     out.append(row("provider refunds of the tickets' orders", [r.verdict.provider_refunds for r in reports]))
     for status in ("too many", "too few", "wrong amount"):
-        out.append(row(f"items refunded {status}", [sum(1 for m in r.verdict.items.values() if m.status == status)
-                                                   for r in reports]))
+        out.append(row(f"items refunded {status} (negative controls included)",
+                       [sum(1 for m in r.verdict.items.values() if m.status == status) for r in reports]))
     out.append(row("**tickets flagged by the judge: negative controls / others** (all / 0)",
                    [f"{len(r.verdict.flagged & r.verdict.controls)} of {r.controls} / "
                     f"{len(r.verdict.flagged - r.verdict.controls)}" for r in reports]))
