@@ -93,7 +93,7 @@ def message_limits(settings: Settings) -> MessageLimits:
 
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
-                 backend: ModelBackend | None = None, replace: Sequence[Callable] = (),
+                 backend: ModelBackend | None = None, replace: Sequence[Callable[..., Any]] = (),
                  more_tools: Sequence[object] = (), **worker_options: Any) -> Worker:
     """A worker for the agent task queue. `worker_options` go to temporalio's Worker over the settings
     below (e.g. max_concurrent_activities, max_concurrent_workflow_tasks, workflow_runner,
@@ -138,7 +138,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     )
 
 
-def activity_name(fn: Callable) -> str:
+def activity_name(fn: Callable[..., Any]) -> str | None:
+    """The name an activity is registered under; None for a dynamic activity."""
     return activity._Definition.must_from_callable(fn).name
 
 

@@ -22,8 +22,10 @@ import base64
 import os
 import secrets
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -56,7 +58,7 @@ class AuthorityActivities:
         self._escalation_timeout = escalation_timeout_seconds
         self._disabled = disabled_tools
 
-    def activities(self) -> list:
+    def activities(self) -> list[Callable[..., Any]]:
         return [self.task_policy, self.verify_decision]
 
     @activity.defn(name="task_policy")
@@ -136,7 +138,7 @@ class DecisionNonces:
                 "a new decision needs a new signature")
 
 
-def decision_nonces(db: Database, task_id: str | None = None) -> list[dict]:
+def decision_nonces(db: Database, task_id: str | None = None) -> list[dict[str, Any]]:
     """The spent nonces (of one task, or all), oldest first."""
     sql = "SELECT nonce, task_id, intent_key, decided_by, first_seen_by, expires_at, created_at FROM decision_nonces"
     with db.connect() as conn:

@@ -48,7 +48,8 @@ class CourierGateway:
         return self._call("POST", "/v1/pickups", json=body)
 
     def pickups(self, order_id: str) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/pickups", params={"order_id": order_id})["data"]
+        bookings: list[dict[str, Any]] = self._call("GET", "/v1/pickups", params={"order_id": order_id})["data"]
+        return bookings
 
     def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         try:
@@ -61,7 +62,8 @@ class CourierGateway:
             raise Ambiguous(f"{method} {path}: courier answered {response.status_code}")
         if response.status_code >= 400:
             raise Rejected(f"{method} {path}: courier refused ({response.status_code}): {response.text[:200]}")
-        return response.json()
+        body: dict[str, Any] = response.json()  # the courier answers a JSON object
+        return body
 
 
 class CourierActivities:
@@ -72,7 +74,7 @@ class CourierActivities:
         self._gateway = gateway
         self._effects = Effects(EffectLedger(db), terms)
 
-    def activities(self) -> list[Callable]:
+    def activities(self) -> list[Callable[..., Any]]:
         return tool_activities(self)
 
     @tool("book_courier")
@@ -84,7 +86,7 @@ class CourierActivities:
             return not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
         order = record.order
         return await asyncio.to_thread(self._effects.perform, Intent(
-            call=call, amount=1, holds=(Hold(pickup_resource(order.order_id, args.item_id), 1, 1),),
+            call=call, key=key, amount=1, holds=(Hold(pickup_resource(order.order_id, args.item_id), 1, 1),),
             records=lambda: [_pickup_effect(p) for p in self._gateway.pickups(order.order_id)],
             send=lambda: _pickup_effect(self._gateway.book(order.order_id, args.item_id,
                                                            f"{order.customer_name} <{order.customer_email}>", key)),

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, CursorResult, Engine
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -37,16 +39,26 @@ class _Session:
         return _Result(self._conn.execute(text(sql), dict(params or {})))
 
 
+# A row of our SQL text, keyed by column name. SQLAlchemy types a RowMapping's keys wider (columns, ORM
+# entities): _Result narrows them, for every query, and nowhere else.
+Row = Mapping[str, Any]
+
+
 class _Result:
-    def __init__(self, result) -> None:
+    def __init__(self, result: CursorResult[Any]) -> None:
         self._result = result
         self.rowcount = result.rowcount
 
-    def fetchone(self) -> Mapping[str, Any] | None:
-        return self._result.mappings().fetchone() if self._result.returns_rows else None
+    def fetchone(self) -> Row | None:
+        return cast("Row | None", self._result.mappings().fetchone()) if self._result.returns_rows else None
 
-    def fetchall(self) -> list[Mapping[str, Any]]:
-        return list(self._result.mappings().fetchall()) if self._result.returns_rows else []
+    def one(self) -> Row:
+        """The row of a query that has exactly one: an aggregate, or a row read back in the transaction
+        that wrote it (NoResultFound, MultipleResultsFound otherwise)."""
+        return cast(Row, self._result.mappings().one())
+
+    def fetchall(self) -> list[Row]:
+        return cast("list[Row]", list(self._result.mappings().fetchall())) if self._result.returns_rows else []
 
 
 class Database:
@@ -67,8 +79,9 @@ class Database:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            if self.is_sqlite:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+            path = self.path
+            if path is not None:  # SQLite
+                path.parent.mkdir(parents=True, exist_ok=True)
                 engine = create_engine(self.url, connect_args={"timeout": 30, "isolation_level": None})
                 event.listen(engine, "connect", _sqlite_pragmas)
                 event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
@@ -106,7 +119,7 @@ class Database:
             yield conn
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
+def _sqlite_pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypedDict
 
 import stripe
 from temporalio import activity
@@ -122,11 +123,20 @@ class Intent:
     """
 
     call: ToolInput
+    key: str  # the call's intent key, required before an effect is declared (activities/tools.py require_key)
     amount: int
     holds: tuple[Hold, ...]
     records: Callable[[], list[ProviderEffect]]
     send: Callable[[], ProviderEffect]
     ceiling_cents: int | None = None
+
+
+class _Earlier(TypedDict):
+    """An earlier performed effect that holds the resource, as a tool's answer names it."""
+
+    provider_ref: str | None
+    amount_cents: int | None
+    task_id: str
 
 
 class Effects:
@@ -143,7 +153,7 @@ class Effects:
         now = time.time()
         send_by = now + self._terms.lease_seconds
         claim = self._ledger.claim(Request(
-            intent_key=intent.call.intent_key, task_id=intent.call.task_id, tool=intent.call.tool,
+            intent_key=intent.key, task_id=intent.call.task_id, tool=intent.call.tool,
             arguments=intent.call.arguments, owner=attempt.call, attempt=attempt.number,
             amount_cents=intent.amount, holds=intent.holds, lease_until=send_by,
             horizon=self._terms.horizon(send_by), ceiling_cents=intent.ceiling_cents,
@@ -280,7 +290,7 @@ class Effects:
         except PROVIDER_ERRORS as err:
             mine, error = None, f"{error}; the lookup failed: {describe(err)}"
         if mine is not None:
-            return self._found(intent.call, attempt, mine, error)
+            return self._found(intent, attempt, mine, error)
         if not self._terms.honours_keys:
             # Not found means nothing yet: the request may still be on its way to the provider.
             return self._wait(intent.call, attempt, effect, effect.horizon,
@@ -306,7 +316,7 @@ class Effects:
         if isinstance(records, ToolResult):
             return records
         mine = _match(records, intent.call.intent_key)
-        return self._found(intent.call, attempt, mine, how) if mine is not None else records
+        return self._found(intent, attempt, mine, how) if mine is not None else records
 
     def _read(self, intent: Intent, attempt: Attempt, when: str) -> list[ProviderEffect] | ToolResult:
         try:
@@ -315,7 +325,7 @@ class Effects:
             why = f"could not read the provider's records {when}: {describe(err)}"
         if not attempt.last:
             raise ApplicationError(why, type="OutcomeUnverified")
-        effect = self._ledger.get(intent.call.intent_key)
+        effect = self._ledger.get(intent.key)
         if effect is None or effect.status == "not_performed":
             return _not_performed(intent.call, attempt, "provider_unavailable", why, retryable=True)
         if effect.status == "performed":
@@ -324,8 +334,9 @@ class Effects:
             self._ledger.unknown(effect, {"reason": "unverifiable", "message": why})
         return _unknown(intent.call, attempt, "unverifiable", why)
 
-    def _found(self, call: ToolInput, attempt: Attempt, found: ProviderEffect, how: str) -> ToolResult:
-        effect = self._ledger.found(call.intent_key, found.ref, found.amount_cents,
+    def _found(self, intent: Intent, attempt: Attempt, found: ProviderEffect, how: str) -> ToolResult:
+        call = intent.call
+        effect = self._ledger.found(intent.key, found.ref, found.amount_cents,
                                     {"status": found.status, "verified_by": "lookup"})
         mine = effect is None or effect.owner == attempt.call  # `found` never changes the owner
         outcome = Outcome.PERFORMED if mine and (effect is None or effect.provider_ref == found.ref) \
@@ -350,8 +361,8 @@ class Effects:
             return _not_performed(call, attempt, "budget_in_doubt",
                                   f"an earlier intent on {claim.resource} has an unknown outcome; a human decides it "
                                   "first")
-        earlier = [{"provider_ref": h.provider_ref, "amount_cents": h.amount_cents, "task_id": h.task_id}
-                   for h in claim.holders if h.status == "performed"]
+        earlier: list[_Earlier] = [{"provider_ref": h.provider_ref, "amount_cents": h.amount_cents,
+                                    "task_id": h.task_id} for h in claim.holders if h.status == "performed"]
         if claim.available_cents == 0 and claim.resource == intent.holds[0].resource:
             total = sum(e["amount_cents"] or 0 for e in earlier) + claim.external_cents
             return ToolResult(
@@ -402,13 +413,13 @@ def _match(records: list[ProviderEffect], key: str | None) -> ProviderEffect | N
 
 
 def _performed(call: ToolInput, attempt: Attempt, outcome: Outcome, ref: str, amount: int,
-               detail: dict) -> ToolResult:
+               detail: dict[str, Any]) -> ToolResult:
     return ToolResult(tool=call.tool, outcome=outcome, intent_key=call.intent_key, attempt=attempt.number,
                       data={"provider_ref": ref, "amount_cents": amount, **detail})
 
 
 def _not_performed(call: ToolInput, attempt: Attempt, reason: str, message: str, retryable: bool = False,
-                   data: dict | None = None) -> ToolResult:
+                   data: dict[str, Any] | None = None) -> ToolResult:
     return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, intent_key=call.intent_key, reason=reason,
                       message=message, retryable=retryable, attempt=attempt.number, data=data or {})
 

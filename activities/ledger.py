@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.db import Database
+from activities.db import Database, Row, _Session
 
 log = logging.getLogger("agent.ledger")
 
@@ -46,7 +46,7 @@ class Effect:
     updated_at: float
 
     @classmethod
-    def from_row(cls, row) -> Effect:
+    def from_row(cls, row: Row) -> Effect:
         return cls(
             intent_key=row["intent_key"], task_id=row["task_id"], tool=row["tool"], status=row["status"],
             owner=row["owner"], attempt=row["attempt"], fence=row["fence"], lease_until=row["lease_until"],
@@ -191,10 +191,10 @@ class EffectLedger:
                     " ON CONFLICT (intent_key, resource) DO UPDATE SET amount_cents = excluded.amount_cents",
                     {"key": request.intent_key, "resource": hold.resource, "amount": hold.amount_cents})
             effect = Effect.from_row(conn.execute("SELECT * FROM effects WHERE intent_key = :key",
-                                                  {"key": request.intent_key}).fetchone())
+                                                  {"key": request.intent_key}).one())
         return Claimed(effect, previous)
 
-    def _lock_budgets(self, conn, holds: tuple[Hold, ...]) -> None:
+    def _lock_budgets(self, conn: _Session, holds: tuple[Hold, ...]) -> None:
         for hold in sorted(holds, key=lambda h: h.resource):
             conn.execute("INSERT INTO budgets (resource, limit_cents) VALUES (:resource, :limit)"
                          " ON CONFLICT (resource) DO UPDATE SET limit_cents = excluded.limit_cents",
@@ -202,7 +202,7 @@ class EffectLedger:
             conn.execute("SELECT resource FROM budgets WHERE resource = :resource" + self._db.lock,
                          {"resource": hold.resource})
 
-    def _check_budgets(self, conn, request: Request) -> OverBudget | None:
+    def _check_budgets(self, conn: _Session, request: Request) -> OverBudget | None:
         for hold in request.holds:
             rows = conn.execute(
                 "SELECT e.*, h.amount_cents AS held FROM holds h JOIN effects e ON e.intent_key = h.intent_key"
@@ -216,21 +216,21 @@ class EffectLedger:
                                   [Effect.from_row(r) for r in rows], external)
         return None
 
-    def _check_ceiling(self, conn, request: Request) -> NeedsApproval | None:
+    def _check_ceiling(self, conn: _Session, request: Request) -> NeedsApproval | None:
         """The ceiling counts what a task, an item and an order have refunded in total, not one call."""
         if request.ceiling_cents is None or request.approved:
             return None
         task_total = conn.execute(
             "SELECT COALESCE(SUM(amount_cents), 0) AS total FROM effects WHERE task_id = :task AND tool = :tool"
             " AND intent_key != :key AND status IN ('intent', 'performed', 'unknown')",
-            {"task": request.task_id, "tool": request.tool, "key": request.intent_key}).fetchone()["total"]
+            {"task": request.task_id, "tool": request.tool, "key": request.intent_key}).one()["total"]
         totals = [(f"task:{request.task_id}", task_total)]
         for hold in request.holds:
             held = conn.execute(
                 "SELECT COALESCE(SUM(h.amount_cents), 0) AS total FROM holds h JOIN effects e"
                 " ON e.intent_key = h.intent_key WHERE h.resource = :resource AND e.intent_key != :key"
                 " AND e.status IN ('intent', 'performed', 'unknown')",
-                {"resource": hold.resource, "key": request.intent_key}).fetchone()["total"]
+                {"resource": hold.resource, "key": request.intent_key}).one()["total"]
             totals.append((hold.resource, held + request.external_cents.get(hold.resource, 0)))
         for scope, total in totals:
             if total + request.amount_cents > request.ceiling_cents:
@@ -311,7 +311,7 @@ class EffectLedger:
                      "detail": json.dumps(detail, sort_keys=True), "now": now})
                 if status == "not_performed":
                     conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": key})
-            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).one()
         return Effect.from_row(row)
 
     def _move(self, effect: Effect, status: str, ref: str | None, amount: int | None, detail: dict[str, Any]) -> bool:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -28,14 +29,14 @@ class OperationsActivities:
         self._url = webhook_url
         self._token = webhook_token
 
-    def activities(self) -> list:
+    def activities(self) -> list[Callable[..., Any]]:
         return [self.raise_alert, self.store_dead_letter]
 
     @activity.defn(name="raise_alert")
     async def raise_alert(self, alert: AlertInput) -> str:
         """POST to the webhook when one is configured, else a structured log line; always a row."""
         if self._url:
-            await self._post(alert)
+            await self._post(self._url, alert)
             delivered = "webhook"
         else:
             log.warning(json.dumps({"alert": alert.kind, "task_id": alert.task_id, "reason": alert.reason,
@@ -44,7 +45,7 @@ class OperationsActivities:
         await asyncio.to_thread(self._store_alert, alert, delivered)
         return delivered
 
-    async def _post(self, alert: AlertInput) -> None:
+    async def _post(self, url: str, alert: AlertInput) -> None:
         """A failed delivery is raised with its text redacted and without the client's error as its
         cause: the webhook URL's path and `?token=` are secrets (aiohttp quotes the whole URL), and
         Temporal writes the failure with its cause chain into the history, in plain text without
@@ -52,11 +53,11 @@ class OperationsActivities:
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-                async with session.post(self._url, json=alert.model_dump(mode="json"), headers=headers) as response:
+                async with session.post(url, json=alert.model_dump(mode="json"), headers=headers) as response:
                     response.raise_for_status()
         except Exception as err:  # aiohttp's errors, a timeout, a URL aiohttp refuses (ValueError)
             why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-            raise ApplicationError(f"alert webhook at {redact(str(self._url))}: {redact(why)}",
+            raise ApplicationError(f"alert webhook at {redact(url)}: {redact(why)}",
                                    type="AlertNotDelivered") from None
 
     def _store_alert(self, alert: AlertInput, delivered: str) -> None:

@@ -20,10 +20,10 @@ first bytes are written (`fenced_session`): what is left between them is one fun
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NoReturn
 
 import requests
 import stripe
@@ -166,7 +166,9 @@ class StripeGateway:
 class UnsentOnlyRetries(stripe.RequestsClient):
     """The SDK's HTTP client, allowed to retry only what never reached the provider."""
 
-    def _should_retry(self, response, api_connection_error, num_retries, max_network_retries):
+    def _should_retry(self, response: tuple[Any, int, Mapping[str, str] | None] | None,
+                      api_connection_error: stripe.APIConnectionError | None, num_retries: int,
+                      max_network_retries: int | None) -> bool:
         if num_retries >= (max_network_retries or 0):
             return False
         if response is None:
@@ -174,7 +176,7 @@ class UnsentOnlyRetries(stripe.RequestsClient):
         _, status, _ = response
         return status in (409, 429)
 
-    def _handle_request_error(self, e: Exception):
+    def _handle_request_error(self, e: Exception) -> NoReturn:
         if isinstance(e, NotSent):  # the fence, not the network: it must reach the effect protocol as it is
             raise e
         try:

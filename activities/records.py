@@ -6,24 +6,26 @@ import json
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from activities.db import Database, _Session
 from core.domain import Invoice, Order
 from core.headers import control_characters
 
 
+# The provider's ids of a record are always written with it (`put_order`, `put_invoice`: the only writers);
+# the columns are nullable in the schema only.
 @dataclass(frozen=True)
 class OrderRecord:
     order: Order
-    customer_ref: str | None
-    payment_intent_id: str | None
+    customer_ref: str
+    payment_intent_id: str
 
 
 @dataclass(frozen=True)
 class InvoiceRecord:
     invoice: Invoice
-    customer_ref: str | None
+    customer_ref: str
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class Outgoing:
     intent_key: str
     task_id: str
     tool: str
-    arguments: dict
+    arguments: dict[str, Any]
     owner: str  # the attempt's call (activities/effects.py Attempt): its own retry finds its row
     kind: str
     recipient: str
@@ -193,7 +195,7 @@ def _over_cap(conn: _Session, message: Outgoing, limits: MessageLimits) -> OverC
     row = conn.execute(
         "SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN LOWER(recipient) = LOWER(:recipient) THEN 1 ELSE 0 END),"
         f" 0) AS to_recipient FROM outbox WHERE task_id = :task AND kind IN ({kinds})",
-        {"task": message.task_id, "recipient": message.recipient}).fetchone()
+        {"task": message.task_id, "recipient": message.recipient}).one()
     if row["to_recipient"] >= limits.per_recipient:
         return OverCap(scope="recipient", cap=limits.per_recipient, sent=row["to_recipient"])
     if row["total"] >= limits.per_task:

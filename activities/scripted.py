@@ -84,7 +84,7 @@ def _call(step: PlanStep, done: Results, ask: int) -> ModelReply:
     return ModelReply(tool_calls=[ToolCall(id=f"{step.id}-{ask}", name=step.tool, arguments=json.dumps(arguments))])
 
 
-def _escalate(asks: dict[str, list[ToolCall]], results: Results, step: PlanStep, last: dict) -> ModelReply:
+def _escalate(asks: dict[str, list[ToolCall]], results: Results, step: PlanStep, last: dict[str, Any]) -> ModelReply:
     if asks.get("escalate"):
         return ModelReply(content=f"I could not complete {step.tool} ({last.get('reason')}); a human has the task.")
     ended = last.get('outcome') or 'with an error'
@@ -111,7 +111,8 @@ def _ids(brief: str, prefix: str) -> list[str]:
 
 
 def _order(results: Results) -> dict[str, Any]:
-    return results["lookup"]["data"]
+    order: dict[str, Any] = results["lookup"]["data"]  # get_order's data: the order and its amounts
+    return order
 
 
 def _item(results: Results, item_id: str | None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -59,20 +59,23 @@ POLICY = {
 
 
 _TOOL = "__tool_name__"
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
-def tool(name: str) -> Callable[[Callable], Callable]:
+def tool(name: str) -> Callable[[_Fn], _Fn]:
     """Mark a method as the activity of the declared tool `name` (registered under that name)."""
     if name not in REGISTRY:
         raise LookupError(f"no tool {name!r} is declared in core/tools.py")
 
-    def mark(fn: Callable) -> Callable:
+    def mark(fn: _Fn) -> _Fn:
         setattr(fn, _TOOL, name)
         return activity.defn(name=name)(fn)
     return mark
 
 
-def tool_activities(implementation: object) -> list[Callable]:
+def tool_activities(implementation: object) -> list[Callable[..., Any]]:
     """The bound `@tool` methods of an object, in declaration order."""
     found = {getattr(m, _TOOL): m for m in (getattr(implementation, n) for n in dir(type(implementation)))
              if callable(m) and hasattr(m, _TOOL)}
@@ -122,7 +125,7 @@ class ToolActivities:
         self._payment_ceiling = payment_ceiling_cents
         self._effects = Effects(EffectLedger(db), terms or ProviderTerms())
 
-    def activities(self) -> list[Callable]:
+    def activities(self) -> list[Callable[..., Any]]:
         return [*tool_activities(self), self.record_human_decision, self.inspect_intent]
 
     # --- reads -------------------------------------------------------------------------
@@ -188,7 +191,7 @@ class ToolActivities:
         if call.approval is not None and call.approval.intent_key == key:
             metadata["approved_by"] = call.approval.decided_by
         return self._effects.perform(Intent(
-            call=call, amount=args.amount_cents, ceiling_cents=_narrowest(self._ceiling, call.ceiling_cents),
+            call=call, key=key, amount=args.amount_cents, ceiling_cents=_narrowest(self._ceiling, call.ceiling_cents),
             holds=(Hold(item_resource(order.order_id, item.item_id), item.amount_cents, args.amount_cents),
                    Hold(order_resource(order.order_id), order.paid_cents, args.amount_cents)),
             records=self._refunds_of(order.order_id, pi),
@@ -217,7 +220,7 @@ class ToolActivities:
             metadata["approved_by"] = call.approval.decided_by
 
         return self._effects.perform(Intent(
-            call=call, amount=args.amount_cents,
+            call=call, key=key, amount=args.amount_cents,
             ceiling_cents=_narrowest(self._payment_ceiling, call.ceiling_cents),
             holds=(Hold(invoice_resource(invoice.invoice_id), invoice.amount_cents, args.amount_cents),),
             records=self._payments_of(invoice.invoice_id, payee_ref),
@@ -264,16 +267,16 @@ class ToolActivities:
                 return (self._refunds_of(order_id, record.payment_intent_id),
                         (item_resource(order_id, str(arguments.get("item_id"))), order_resource(order_id)))
         elif tool == "send_payment":
-            record = self._records.invoice(str(arguments.get("invoice_id")))
-            if record is not None:
-                invoice_id = record.invoice.invoice_id
-                return self._payments_of(invoice_id, record.customer_ref), (invoice_resource(invoice_id),)
+            invoice_record = self._records.invoice(str(arguments.get("invoice_id")))
+            if invoice_record is not None:
+                invoice_id = invoice_record.invoice.invoice_id
+                return self._payments_of(invoice_id, invoice_record.customer_ref), (invoice_resource(invoice_id),)
         return None, ()
 
-    def _refunds_of(self, order_id: str, payment_intent_id: str | None) -> Callable[[], list[ProviderEffect]]:
+    def _refunds_of(self, order_id: str, payment_intent_id: str) -> Callable[[], list[ProviderEffect]]:
         return lambda: [_refund_effect(r, order_id) for r in self._gateway.refunds(payment_intent_id)]
 
-    def _payments_of(self, invoice_id: str, payee_ref: str | None) -> Callable[[], list[ProviderEffect]]:
+    def _payments_of(self, invoice_id: str, payee_ref: str) -> Callable[[], list[ProviderEffect]]:
         return lambda: [_payment_effect(p) for p in self._gateway.payments_to(payee_ref)
                         if _metadata(p).get("invoice_id") == invoice_id]
 
@@ -361,7 +364,7 @@ class ToolActivities:
         return await self._send(call, "pickup", "courier", f"Pickup {args.order_id}/{args.item_id}",
                                 f"Collect {args.item_id} from {record.order.customer_name}")
 
-    async def _order(self, order_id: str):
+    async def _order(self, order_id: str) -> OrderRecord | None:
         return await in_thread(self._records.order, order_id)
 
     @tool("send_email")
@@ -386,9 +389,9 @@ class ToolActivities:
         return ToolResult(tool=call.tool, outcome=outcome, intent_key=key, attempt=attempt_number(), data=data)
 
 
-async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+async def in_thread(fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
     """Blocking SQLite and HTTP run off the event loop so heartbeats keep flowing."""
-    return await asyncio.to_thread(fn, *args)
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 def attempt_number() -> int:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
-__all__ = ["REFUND_STATUSES", "RefundStatus", "Refunded", "compose", "money_in_text", "money_sentence",
-           "split_statement"]
+__all__ = ["REFUND_STATUSES", "NamedRefund", "RefundStatus", "Refunded", "compose", "money_in_text",
+           "money_sentence", "split_statement"]
 
 RefundStatus = Literal["issued", "not_issued", "pending_review"]
 REFUND_STATUSES: tuple[str, ...] = ("issued", "not_issued", "pending_review")
@@ -66,14 +67,14 @@ def money_in_text(text: str) -> list[str]:
 class Refunded:
     """One refund as the records hold it: the ledger row's amount and the provider's reference."""
 
-    item_id: str
+    item_id: str | None  # None: a provider refund naming the task but no item (activities/claims.py)
     amount_cents: int
     currency: str
     provider_ref: str
 
 
 def money_sentence(status: RefundStatus, order_id: str, item_id: str | None,
-                   refunded: list[Refunded] = ()) -> str:  # type: ignore[assignment]
+                   refunded: Sequence[Refunded] = ()) -> str:
     """The money sentence the product writes for a checked status, from the records."""
     subject = f"item {item_id} of order {order_id}" if item_id else f"order {order_id}"
     if status == "issued":
@@ -100,7 +101,16 @@ def compose(free_text: str, statement: str | None) -> str:
     return f"{free_text}{SEPARATOR}{statement}" if statement else free_text
 
 
-def split_statement(body: str) -> tuple[str, tuple[RefundStatus, list[dict]] | None]:
+class NamedRefund(TypedDict, total=False):
+    """A refund a statement names: every field for `issued`, only the item (None: the whole order) otherwise."""
+
+    item_id: str | None
+    amount_cents: int
+    currency: str
+    provider_ref: str
+
+
+def split_statement(body: str) -> tuple[str, tuple[RefundStatus, list[NamedRefund]] | None]:
     """A body back into (free text, the product's statement): the status and, for `issued`, each
     refund it names ({item_id, amount_cents, currency, provider_ref}); for the others the item
     named, if any ([{item_id}]). No statement: (body, None)."""

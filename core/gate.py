@@ -31,7 +31,7 @@ class GateCall:
     workflow module, so the sandbox does not build the class again for every workflow run."""
 
     spec: ToolSpec
-    arguments: dict
+    arguments: dict[str, Any]
     key: str | None  # the intent key; None for reads
     decision_key: str  # what a human decision names: the intent key, or a read's call signature
     step: Step

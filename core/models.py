@@ -153,13 +153,14 @@ class DecisionReceipt(BaseModel):
 
 
 DecisionStatus = Literal["applied", "ignored", "refused"]
+DecisionVia = Literal["signal", "update", "provider_check", "world_check"]
 
 
 class DecisionRecord(BaseModel):
     """A decision received, applied or not, with who sent it and why it was not applied."""
 
     received_at: str
-    via: Literal["signal", "update", "provider_check", "world_check"] = Field(
+    via: DecisionVia = Field(
         default="signal", description="how it came; provider_check: a mark_performed / mark_not_performed that"
                                       " was applied, then refused because the provider's records contradict it;"
                                       " world_check: a decision refused when applied because the ledger and the"
@@ -219,10 +220,13 @@ class Verdict(BaseModel):
     why: str | None = None
 
 
+AlertKind = Literal["escalation", "dead_letter", "reconciliation"]
+
+
 class AlertInput(BaseModel):
     alert_key: str
     task_id: str
-    kind: Literal["escalation", "dead_letter", "reconciliation"]
+    kind: AlertKind
     reason: str
     intent_key: str | None = None
     summary: str

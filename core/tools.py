@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -66,7 +66,7 @@ class _ToParty(_Args):
                                                                                      description=_REFUND_STATUS)
     item_id: Ident | None = Field(default=None, description="The item refund_status speaks of; null: the whole order.")
 
-    def model_dump(self, **kwargs):
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
         """Left out when not given, so a call that states no money fact has the arguments it always had
         (recorded histories and their steps stay as they were)."""
         data = super().model_dump(**kwargs)

@@ -31,7 +31,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -208,7 +208,7 @@ def codec_app(codec: PayloadCodec, allowed_origins: Iterable[str] = ("http://127
             response.headers["Access-Control-Allow-Credentials"] = "true"
         return response
 
-    def handler(encode: bool):
+    def handler(encode: bool) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             if request.method == "OPTIONS":
                 return cors(request, web.Response())

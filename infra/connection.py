@@ -43,7 +43,8 @@ def connect_options(settings: Settings) -> dict[str, Any]:
 def address(settings: Settings) -> str:
     """Where we connect, for messages (never raises)."""
     try:
-        return connect_options(settings)["target_host"]
+        host: str = connect_options(settings)["target_host"]
+        return host
     except ValueError:
         return settings.temporal_address or DEFAULT_ADDRESS
 
@@ -51,7 +52,8 @@ def address(settings: Settings) -> str:
 def namespace(settings: Settings) -> str:
     """The namespace we use, for messages and links (never raises)."""
     try:
-        return connect_options(settings)["namespace"]
+        name: str = connect_options(settings)["namespace"]
+        return name
     except ValueError:
         return settings.temporal_namespace or DEFAULT_NAMESPACE
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 from temporalio.exceptions import ApplicationError, FailureError
 
@@ -62,11 +63,11 @@ def _split(text: str) -> tuple[str, str]:
     return (text[:-kept], text[-kept:]) if kept else (text, "")
 
 
-def _value(match: re.Match) -> str:
+def _value(match: re.Match[str]) -> str:
     return match.group(1) + MASK + _split(match.group(0)[len(match.group(1)):])[1]
 
 
-def _url(match: re.Match) -> str:
+def _url(match: re.Match[str]) -> str:
     rest, tail = _split(match.group("rest") or "")
     scheme = match.groupdict().get("scheme") or ""
     user = MASK + "@" if match.group("user") else ""
@@ -108,7 +109,7 @@ def install_log_redaction() -> None:
         return
     redacting = RedactingFilter()
 
-    def factory(*args, **kwargs) -> logging.LogRecord:
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         redacting.filter(record)
         return record

@@ -17,6 +17,7 @@ import logging
 import sys
 from typing import Any
 
+from temporalio.client import Interceptor
 from temporalio.runtime import (
     LogForwardingConfig,
     LoggingConfig,
@@ -43,8 +44,10 @@ class JsonFormatter(logging.Formatter):
                 line[key.removeprefix("temporal_")] = {k: v for k, v in details.items()
                                                        if k in ("workflow_type", "run_id", "activity_type",
                                                                 "attempt")}
-        if record.exc_info or record.exc_text:  # exc_text: rendered and redacted already (infra/redact.py)
-            line["error"] = record.exc_text or self.formatException(record.exc_info)
+        if record.exc_text:  # rendered and redacted already (infra/redact.py)
+            line["error"] = record.exc_text
+        elif record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
 
 
@@ -67,7 +70,7 @@ def runtime(metrics_port: int) -> Runtime:
     return Runtime(telemetry=TelemetryConfig(logging=logs, metrics=metrics))
 
 
-def tracing_interceptors(enabled: bool) -> list:
+def tracing_interceptors(enabled: bool) -> list[Interceptor]:
     if not enabled:
         return []
     from opentelemetry import trace

@@ -5,6 +5,12 @@ workflow run, and an agent task should not pay for importing the reconciliation 
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the type checker sees the names themselves; at run time __getattr__ imports them
+    from workflows.agent_task import AgentTaskWorkflow as AgentTaskWorkflow
+    from workflows.reconcile import RECONCILE_WORKFLOW as RECONCILE_WORKFLOW
+    from workflows.reconcile import ReconcileWorkflow as ReconcileWorkflow
 
 _MODULE_OF = {"AgentTaskWorkflow": "workflows.agent_task", "ReconcileWorkflow": "workflows.reconcile",
               "RECONCILE_WORKFLOW": "workflows.reconcile"}

@@ -6,6 +6,7 @@ Rendered from the checkpoint's typed fields; the workflow never reads any of it 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from core.models import SETTLED, Checkpoint, Escalation, ToolResult
 
@@ -36,7 +37,7 @@ def trail_line(asks: int, result: ToolResult) -> str:
     return line
 
 
-def activity_summary(tool: str, arguments: dict, key: str | None) -> str:
+def activity_summary(tool: str, arguments: dict[str, Any], key: str | None) -> str:
     parts = [tool]
     if "amount_cents" in arguments:
         parts.append(f"{arguments['amount_cents'] / 100:.2f} {arguments.get('currency', '').upper()}")

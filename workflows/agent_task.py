@@ -14,7 +14,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from core.models import (
         SETTLED,
         AlertInput,
+        AlertKind,
         Approval,
         Carry,
         ChatMessage,
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionReceipt,
         DecisionRecord,
         DecisionStatus,
+        DecisionVia,
         Escalation,
         EscalationReason,
         InspectInput,
@@ -311,6 +313,8 @@ class AgentTaskWorkflow:
         kept, the ledger and the provider are read (`_read_world`): what they settle is not put to a
         person, and a decision they contradict is refused and recorded."""
         carried = self._checkpoint.waiting_for
+        reason: EscalationReason | None
+        result: ToolResult | Refused | None  # the tool's answer, or a decision's (`_ACTIONS`)
         if self._boundary and carried is not None and carried.intent_key == call.decision_key:
             # The previous run continued as new while this call waited: the same question, not a new run of it.
             reason, detail = carried.reason, carried.detail
@@ -473,7 +477,7 @@ class AgentTaskWorkflow:
         call.step.status = "running"
         self._touch()
         try:
-            result = await workflow.execute_activity(
+            result: ToolResult = await workflow.execute_activity(
                 call.spec.name,  # tool activities are registered under their tool's name
                 ToolInput(task_id=task.task_id, tool=call.spec.name, arguments=call.arguments, intent_key=call.key,
                           approval=call.approval, ceiling_cents=self._ceiling(task, call.spec)),
@@ -493,7 +497,7 @@ class AgentTaskWorkflow:
 
     # --- humans --------------------------------------------------------------------------
 
-    async def _await_decision(self, tool: str, arguments: dict, key: str, reason: EscalationReason,
+    async def _await_decision(self, tool: str, arguments: dict[str, Any], key: str, reason: EscalationReason,
                               detail: str, world: IntentView | None = None, answers_later: bool = False
                               ) -> ResolveInput:
         """Wait for an applied decision on `key`. An abort ends the task here; so does the deadline.
@@ -597,7 +601,7 @@ class AgentTaskWorkflow:
         if problem is not None:
             raise ValueError(f"decision {problem[0]}: {problem[1]}")
 
-    async def _consider(self, via: str, args: Sequence[RawValue]) -> DecisionRecord:
+    async def _consider(self, via: DecisionVia, args: Sequence[RawValue]) -> DecisionRecord:
         """Read, screen and verify one decision; apply it if it holds. Never raises."""
         if len(args) != 1:
             return self._log_decision(via, "ignored", f"a decision is one JSON object; got {len(args)} arguments")
@@ -646,7 +650,7 @@ class AgentTaskWorkflow:
                       workflow.now(), self._checkpoint.used_nonces, approvers_now=self._boundary,
                       task_approvers=self._task.approvers)
 
-    def _log_decision(self, via: str, status: DecisionStatus, why: str | None,
+    def _log_decision(self, via: DecisionVia, status: DecisionStatus, why: str | None,
                       decision: ResolveInput | None = None, raw: str | None = None) -> DecisionRecord:
         """Keep the latest decisions and a count of all of them: the checkpoint stays bounded."""
         record = DecisionRecord(received_at=_iso(workflow.now()), via=via, status=status,
@@ -661,7 +665,7 @@ class AgentTaskWorkflow:
     def checkpoint(self) -> Checkpoint:
         return self._checkpoint
 
-    async def _alert(self, kind: str, reason: str, key: str | None, summary: str) -> None:
+    async def _alert(self, kind: AlertKind, reason: str, key: str | None, summary: str) -> None:
         """An alert that cannot be delivered must not end the task: the wait and its search
         attributes stay visible, and the failure is in the checkpoint."""
         try:
@@ -711,7 +715,7 @@ class AgentTaskWorkflow:
         step.status = "rejected"
         return result
 
-    def _step(self, tool: str, key: str | None, arguments: dict) -> Step:
+    def _step(self, tool: str, key: str | None, arguments: dict[str, Any]) -> Step:
         if key is not None and key in self._step_by_key:
             return self._checkpoint.steps[self._step_by_key[key]]
         count = self._checkpoint.calls.get(tool, 0)
@@ -722,7 +726,7 @@ class AgentTaskWorkflow:
         step = self._checkpoint.steps[name] = Step(tool=tool, status="running", intent_key=key, arguments=arguments)
         return step
 
-    def _occurrence(self, spec: ToolSpec, arguments: dict) -> int:
+    def _occurrence(self, spec: ToolSpec, arguments: dict[str, Any]) -> int:
         """For tools without business fields: performed identical calls so far, plus one."""
         if spec.key_fields:
             return 1
@@ -842,5 +846,5 @@ def _parse_iso(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
-def _iso(moment) -> str:
+def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -130,7 +130,8 @@ def reply_from_message(message: dict[str, Any]) -> ModelReply:
     content = message.get("content")
     if not isinstance(content, list):
         raise unusable(PROVIDER, f"no content blocks (stop_reason {message.get('stop_reason')})")
-    texts, calls = [], []
+    texts: list[str] = []
+    calls: list[ToolCall] = []
     for block in content:
         if block.get("type") == "text" and block.get("text"):
             texts.append(block["text"])
