@@ -7,7 +7,7 @@ PYTHON := $(VENV)/bin/python
 CHROMIUM := /usr/bin/chromium
 COMPOSE := /usr/bin/docker-compose
 
-.PHONY: install demo test up down status bench record chaos load week resume eval
+.PHONY: install demo test check lint types up down status bench record chaos load week resume eval
 
 install: $(VENV)/.installed
 
@@ -20,8 +20,24 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PYTHON) -m devstack.demo
 
-test: $(VENV)/.installed $(CHROMIUM) $(COMPOSE)
+test: lint types $(CHROMIUM) $(COMPOSE)
 	$(PYTHON) -m pytest -q
+
+# The loop for every commit (under two minutes): lint, types, the replay of the recorded histories,
+# the gate's property tests and the unit tests that need no server.
+CHECK_TESTS := tests/test_replay.py tests/test_render.py tests/test_redact.py tests/test_keys.py \
+  tests/test_decision_nonces.py tests/test_codec.py tests/test_packaging.py tests/test_bytecode.py \
+  tests/test_localstripe_server.py \
+  tests/test_bad_input.py::test_any_call_gets_a_structured_answer \
+  tests/test_bad_input.py::test_a_refund_call_is_valid_only_with_positive_integer_cents_and_known_fields
+check: lint types
+	$(PYTHON) -m pytest -q $(CHECK_TESTS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+types: $(VENV)/.installed
+	$(VENV)/bin/mypy
 
 # Runs only when $(CHROMIUM) does not exist. If it cannot be installed, the suite still runs and
 # tests/test_web_ui.py fails saying chromium is missing.
@@ -41,7 +57,7 @@ down: $(VENV)/.installed
 	@$(PYTHON) -m devstack down
 
 status: $(VENV)/.installed
-	@$(PYTHON) -m devstack status || true
+	@$(PYTHON) -m devstack status
 
 bench: $(VENV)/.installed
 	$(PYTHON) -m devstack.bench

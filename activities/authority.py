@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from temporalio import activity
 
 from activities.db import Database
+from activities.operations import mark_redriven
 from activities.records import Records
 from core.authority import parse_time, signed_message
 from core.kinds import KINDS
@@ -63,7 +64,10 @@ class AuthorityActivities:
 
     @activity.defn(name="task_policy")
     async def task_policy(self, request: PolicyInput) -> Policy:
-        """This deployment's authority over a task of this kind, with the parties on its records."""
+        """This deployment's authority over a task of this kind, with the parties on its records. A redrive's
+        first read marks the dead letter it starts again as redriven (the starter never writes the ledger)."""
+        if request.redrive_of:
+            await asyncio.to_thread(mark_redriven, self._records.db, request.task_id)
         return Policy(
             kind=request.kind, tools=[t for t in KINDS[request.kind].tools if t not in self._disabled],
             approvers=sorted(self._approvers), refund_ceiling_cents=self._refund_ceiling,

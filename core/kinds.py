@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from core.models import TaskKind
 from core.tools import REGISTRY
 
-__all__ = ["FACT_OF_ARGUMENT", "KINDS", "KindSpec", "TaskKind", "fact_values"]
+__all__ = ["FACT_OF_ARGUMENT", "KINDS", "TICKETS", "KindSpec", "TaskKind", "TicketKind", "fact_values"]
 
 # The argument each narrowing fact holds, where the two names differ (send_email's `to`).
 FACT_OF_ARGUMENT = {"to": "recipient"}
@@ -64,3 +64,29 @@ KINDS: dict[TaskKind, KindSpec] = {
 def fact_values(facts: dict[str, str], name: str) -> tuple[str, ...]:
     """The values a fact names: one, or several separated by commas; () when the facts name none."""
     return tuple(v.strip() for v in str(facts.get(name) or "").split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class TicketKind:
+    """A kind of ticket a team's own system files, and the task kind it becomes."""
+
+    task_kind: TaskKind
+    description: str
+
+    @property
+    def required_facts(self) -> tuple[str, ...]:
+        return KINDS[self.task_kind].binds
+
+
+TICKETS: dict[str, TicketKind] = {
+    "support": TicketKind(TaskKind.REFUND_TICKET,
+                          "a support ticket: look up the order, check the policy, refund the item, tell the seller, "
+                          "book the return pickup, tell the customer (facts: order_id; item_id optional, binds the "
+                          "items)"),
+    "refund": TicketKind(TaskKind.REFUND_REQUEST,
+                         "a refund request: look up the order, refund the item, write the confirmation, tell the "
+                         "customer (facts: order_id; item_id optional, binds the items)"),
+    "payables": TicketKind(TaskKind.SUPPLIER_PAYMENT,
+                           "an approved supplier invoice: look it up, pay it, email the remittance (facts: "
+                           "invoice_id; payee and recipient optional, bind them)"),
+}

@@ -209,6 +209,7 @@ class PolicyInput(BaseModel):
     task_id: str
     kind: TaskKind
     facts: dict[str, str]
+    redrive_of: str | None = None  # the run a redrive starts again: its dead letter is marked redriven
 
 
 class VerifyInput(BaseModel):

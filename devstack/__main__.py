@@ -1,4 +1,4 @@
-"""`python -m devstack up|down|status|env|demo`: the local stack for people.
+"""`python -m devstack up|down|status|env|demo|scenario|compare|seed|batch`: the local stack for people.
 
 `up` leaves the servers running after it returns (each in its own session) and
 records them in <data dir>/stack.json; `down` stops exactly those process
@@ -12,14 +12,13 @@ import json
 import os
 import shlex
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from devstack.processes import (
-    PROJECT_ROOT,
     ManagedProcess,
     StackError,
     process_start_time,
@@ -27,6 +26,7 @@ from devstack.processes import (
     tcp_accepts,
 )
 from devstack.stack import DEFAULT_DATA_DIR, Stack
+from infra.settings import load_settings
 
 
 def state_path(data_dir: Path) -> Path:
@@ -39,7 +39,7 @@ def read_state(data_dir: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except ValueError:
-        raise StackError(f"{state_path(data_dir)} is not valid JSON; remove it and stop the servers by hand")
+        raise StackError(f"{state_path(data_dir)} is not valid JSON; remove it and stop the servers by hand") from None
 
 
 def is_ours(entry: dict[str, Any]) -> bool:
@@ -72,7 +72,7 @@ def describe(proc: ManagedProcess) -> dict[str, Any]:
 def build_state(stack: Stack) -> dict[str, Any]:
     processes = {p.name: describe(p) for p in stack.processes()}
     return {
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "data_dir": str(stack.data_dir),
         "ports": {"temporal": stack.temporal_port, "ui": None if stack.headless else stack.ui_port,
                   "localstripe": stack.stripe_port},
@@ -125,12 +125,29 @@ def cmd_up(args: argparse.Namespace) -> int:
         detached=True,
     )
     stack.start()
+    seed_demo_data(stack.env())
     state = build_state(stack)
     state_path(stack.data_dir).write_text(json.dumps(state, indent=2) + "\n")
     ready = ", ".join(f"{name} {secs:.1f}s" for name, secs in stack.startup_seconds.items())
     print(f"The stack is up (ready: {ready}). Stop it with `make down`.")
     print_state(state)
     return 0
+
+
+def seed_demo_data(env: dict[str, str]) -> None:
+    """The scenarios' and the example tickets' orders at the new stack's provider, so that every
+    command in the README finds its order."""
+    from devstack import demo_commands
+
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        demo_commands.seed(load_settings())
+    except demo_commands.ClientError as err:
+        raise StackError(f"could not seed the demo data: {err}") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def stop_recorded(state: dict[str, Any], quiet: bool = False) -> list[str]:
@@ -217,6 +234,9 @@ def parser() -> argparse.ArgumentParser:
     with_data_dir(sub.add_parser("status", help="show what runs (exit 3 if not up)")).set_defaults(func=cmd_status)
     with_data_dir(sub.add_parser("env", help="print export lines for a running stack")).set_defaults(func=cmd_env)
     sub.add_parser("demo", help="run the demo with all remaining arguments", add_help=False)
+    from devstack import demo_commands
+
+    demo_commands.add_commands(sub)
     return p
 
 
@@ -226,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         args = argparse.Namespace(command="demo", func=lambda a: run_demo(argv[1:]))
     else:
         args = parser().parse_args(argv)
+    if hasattr(args, "demo"):
+        from devstack import demo_commands
+
+        return demo_commands.run(args, load_settings())
     try:
         return args.func(args)
     except StackError as e:

@@ -24,18 +24,18 @@ from temporalio.worker import Replayer, Worker
 
 from activities.db import Database
 from activities.payments import StripeGateway
+from client import start_task
+from core.models import TaskResult
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.load import bare_step
-from devstack.seed import seed_scenarios
-from infra.bytecode import ensure_bytecode
-from infra.settings import Settings
-from core.models import TaskResult
 from devstack.scenarios import long_run
+from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
-from starter import start_task
+from infra.bytecode import ensure_bytecode
+from infra.exit import run_main
+from infra.settings import Settings
 from worker import build_worker
 from workflows import AgentTaskWorkflow
-from infra.exit import run_main
 
 LIMIT_EVENTS, LIMIT_BYTES = 10_000, 2 * 1024 * 1024
 BARE_PER_RUN = 1_000

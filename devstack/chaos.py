@@ -99,6 +99,7 @@ from temporalio.worker import Worker
 
 from activities.db import Database
 from activities.payments import StripeGateway
+from client import start_task
 from core.models import Checkpoint, TaskInput, TaskResult
 from core.names import STATUS_ATTR
 from devstack.judge import Ticket, Verdict, judge, wait_until_quiet
@@ -112,7 +113,6 @@ from devstack.stack import STRIPE_API_KEY, Stack
 from devstack.unsafe import naive_refund
 from infra.exit import run_main
 from infra.settings import Settings
-from starter import start_task
 from worker import build_worker
 
 MODES = ("dedupe", "passthrough")

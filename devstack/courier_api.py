@@ -42,18 +42,18 @@ class CourierAPI:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "CourierAPI":
+    def start(self) -> CourierAPI:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 status, body, stall = api._book(json.loads(self.rfile.read(length) or b"{}"))
                 if stall:
                     api._stopping.wait(api.stall_seconds)
                 self._answer(status, body)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 query = parse_qs(urlparse(self.path).query)
                 order_id = query.get("order_id", [None])[0]
                 with api._lock:

@@ -12,13 +12,12 @@ import shutil
 import sys
 import threading
 
-from infra.settings import PROJECT_ROOT, Settings
-from devstack.scenarios import SCENARIOS
+from devstack.demo_commands import StarterError, cmd_compare, run_tasks, seed
 from devstack.processes import StackError
+from devstack.scenarios import SCENARIOS
 from devstack.stack import STRIPE_API_KEY, Stack
-from devstack.demo_commands import cmd_compare, seed
-from starter import StarterError, run_tasks
 from infra.exit import run_main
+from infra.settings import PROJECT_ROOT, Settings
 
 DATA_DIR = PROJECT_ROOT / ".local" / "demo"
 CLIENT_TIMEOUT = 2.0  # seconds; the injected "timeout after accept" answers one second later

@@ -1,29 +1,92 @@
-"""The starter's demo commands (`scenario`, `compare`, `seed`, `batch N`): built-in scenarios on the
-local stack, with faults injected at its Stripe edge. `starter.py` imports this module only when one
-of them runs, so the product's commands need no devstack.
+"""The local stack's demo commands (`python -m devstack scenario|compare|seed|batch`): built-in
+scenarios on the local stack, with faults injected at its Stripe edge, and demo data at its
+provider. They print the world as well as the task (the provider's refunds, the outbox), which a
+demo may read directly; the product's own commands (starter.py) read tasks through Temporal only.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import re
 import sys
-from datetime import datetime, timezone
-from typing import Any, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import stripe
 
 from activities.db import Database
+from activities.payments import StripeGateway
 from activities.records import Records
 from activities.world import World
-from core.models import TaskInput
+from cli.output import Progress, print_report
+from client import ClientError, connect, follow, read_ticket_file, start_task
+from client.tickets import TicketError
+from core.kinds import fact_values
+from core.models import TaskInput, TaskResult
 from devstack import edge_control, scenarios
 from devstack.seed import seed_order, seed_scenarios
 from devstack.unsafe import naive_refund
 from infra.settings import Settings
-from starter import StarterError, connect, follow, gateway_for, run_tasks, start_task
+
+StarterError = ClientError  # the demo's errors print as the starter's: one line
+EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+
+
+def gateway_for(settings: Settings) -> StripeGateway:
+    return StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
+                         settings.stripe_timeout_seconds)
+
+
+def amount_of(settings: Settings, task: TaskInput) -> int | None:
+    """What the task's order items (or invoice) cost, from the local stack's records: for its summary."""
+    records = Records(Database(settings.database))
+    order_id, invoice_id = task.facts.get("order_id"), task.facts.get("invoice_id")
+    if order_id and (record := records.order(order_id)):
+        named = fact_values(task.facts, "item_id")
+        items = [i for i in record.order.items if not named or i.item_id in named]
+        return sum(i.amount_cents for i in items) if items else None
+    if invoice_id and (invoice := records.invoice(invoice_id)):
+        return invoice.invoice.amount_cents
+    return None
+
+
+def world_of(settings: Settings, task: TaskInput) -> dict[str, Any]:
+    world = World(Database(settings.database), gateway_for(settings))
+    return world.summary(task.task_id, task.facts.get("order_id"), task.facts.get("invoice_id"))
+
+
+def print_world(world: dict[str, Any]) -> None:
+    for refund in world["refunds"]:
+        print(f"  provider refund  {refund['id']}  {refund['amount_cents'] / 100:.2f}  key {refund['intent_key']}")
+    for payment in world["payments"]:
+        print(f"  provider payment {payment['id']}  {payment['amount_cents'] / 100:.2f}  key {payment['intent_key']}")
+    for message in world["messages"]:
+        print(f"  sent {message['kind']:<15} to {message['recipient']}: {message['body'][:70]}")
+
+
+async def run_tasks(settings: Settings, tasks: list[TaskInput], as_json: bool,
+                    details: bool = False) -> list[dict[str, Any]]:
+    client = await connect(settings)
+    handles = [await start_task(client, settings, task, amount_of(settings, task)) for task in tasks]
+    show = not as_json and len(tasks) <= 3
+    results: list[TaskResult | None] = await asyncio.gather(
+        *(follow(h, Progress() if show else None) for h in handles))
+    summaries = []
+    for task, result in zip(tasks, results, strict=True):
+        assert result is not None
+        world = world_of(settings, task)
+        summaries.append({"task_id": task.task_id, "scenario": task.scenario, "state": result.state,
+                          "final_answer": result.final_answer, "world": world,
+                          "checkpoint": result.checkpoint.model_dump(mode="json")})
+        if show:
+            print_report(settings, result, details)
+            print_world(world)
+    return summaries
 
 
 def generated_tickets(settings: Settings, count: int) -> list[TaskInput]:
@@ -32,9 +95,19 @@ def generated_tickets(settings: Settings, count: int) -> list[TaskInput]:
     return [scenarios.batch_ticket(n) for n in range(1, count + 1)]
 
 
-def seed(settings: Settings, batch: int = 0) -> None:
+def seed(settings: Settings, batch: int = 0, ticket_files: tuple[Path, ...] = ()) -> None:
+    """The scenarios' orders and invoices, `batch` generated orders, and the orders the example tickets
+    (and `ticket_files`) carry, paid at the local provider."""
     try:
-        seed_scenarios(Database(settings.database), gateway_for(settings), batch)
+        tickets = [t for path in (*sorted(EXAMPLES.glob("*.json*")), *ticket_files) for t in read_ticket_file(path)]
+    except TicketError as err:
+        raise StarterError(str(err)) from None
+    db = Database(settings.database)
+    try:
+        seed_scenarios(db, gateway_for(settings), batch)
+        for ticket in tickets:
+            if ticket.order is not None:
+                seed_order(Records(db), gateway_for(settings), ticket.order)
     except stripe.StripeError as err:
         raise StarterError(f"cannot reach the payment provider at {settings.stripe_api_base}: "
                            f"{type(err).__name__}") from None
@@ -112,12 +185,12 @@ async def cmd_scenario(args: argparse.Namespace, settings: Settings) -> int:
     if args.fault or args.task_id or args.edge_mode != "dedupe":
         # one alphanumeric suffix: the order's id reads as one id in the ticket's text
         suffix = re.sub(r"[^A-Za-z0-9]", "", args.task_id or "") or \
-            f"F{datetime.now(timezone.utc).strftime('%m%d%H%M%S')}"
+            f"F{datetime.now(UTC).strftime('%m%d%H%M%S')}"
         task = fresh_scenario(settings, args.name, suffix, args.task_id, options)
     else:
         task = scenarios.SCENARIOS[args.name](**options)
     with edge_faults(settings, args.name, args.fault, args.edge_mode) as edge:
-        summaries = await run_tasks(settings, [task], args.json)
+        summaries = await run_tasks(settings, [task], args.json, args.details)
         stats = edge.stats() if edge else None
     if args.json:
         print(json.dumps(summaries[0], indent=2))
@@ -135,11 +208,11 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     """
     if args.name not in scenarios.REFUND_SCENARIOS:
         raise StarterError(f"compare runs a refund scenario: one of {', '.join(sorted(scenarios.REFUND_SCENARIOS))}")
-    from worker import build_worker
     from activities.model import ModelConfigError
+    from worker import build_worker
 
-    order_id, build = scenarios.REFUND_SCENARIOS[args.name]
-    run_id = datetime.now(timezone.utc).strftime("%H%M%S")
+    _order_id, _build = scenarios.REFUND_SCENARIOS[args.name]
+    run_id = datetime.now(UTC).strftime("%H%M%S")
     seed(settings)
     records = Records(Database(settings.database))
     rows = []
@@ -149,7 +222,7 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
         queue = settings.task_queue if tool == "safe" else f"{settings.task_queue}-unsafe"
         with edge_faults(settings, args.name, args.fault, args.edge_mode) as edge:
             if tool == "safe":
-                result = await follow(await start_task(client, settings, task), show=False)
+                result = await follow(await start_task(client, settings, task))
             else:
                 unsafe = settings.model_copy(update={"task_queue": queue})
                 try:
@@ -157,14 +230,14 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
                 except ModelConfigError as err:
                     raise StarterError(str(err)) from None
                 async with naive_worker:
-                    result = await follow(await start_task(client, unsafe, task), show=False)
+                    result = await follow(await start_task(client, unsafe, task))
             stats = edge.stats() if edge else {}
         refunds = World(Database(settings.database), gateway_for(settings)).refunds(task.facts["order_id"])
         if tool == "unsafe":
             records.forget_order(task.facts["order_id"])
         rows.append((tool, task.task_id, result, refunds, stats))
     print(f"{args.fault or 'no fault'}, provider {'dedupes' if args.edge_mode == 'dedupe' else 'ignores'} keys")
-    for tool, task_id, result, refunds, stats in rows:
+    for tool, task_id, result, refunds, _stats in rows:
         paid = sum(r["amount_cents"] for r in refunds) / 100
         print(f"  {tool:<7} {task_id:<28} provider refunds: {len(refunds)} ({paid:.2f})   "
               f"model told: {result.checkpoint.steps['issue_refund'].trail}")
@@ -172,6 +245,64 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_seed(args: argparse.Namespace, settings: Settings) -> int:
-    seed(settings, batch=args.batch)
-    print(f"seeded scenarios{f' and {args.batch} batch orders' if args.batch else ''} into {settings.agent_db_path}")
+    seed(settings, batch=args.batch, ticket_files=tuple(args.tickets))
+    print(f"seeded the scenarios, the example tickets' orders{f' and {args.batch} batch orders' if args.batch else ''}"
+          f" into {settings.agent_db_path}")
     return 0
+
+
+async def cmd_batch(args: argparse.Namespace, settings: Settings) -> int:
+    """N generated refund tickets, their orders paid at the local provider, run at once."""
+    started = datetime.now(UTC)
+    tasks = generated_tickets(settings, args.count)
+    summaries = await run_tasks(settings, tasks, args.json)
+    report = {"tasks": len(tasks), "completed": sum(s["state"] == "completed" for s in summaries),
+              "provider_refunds": sum(len(s["world"]["refunds"]) for s in summaries),
+              "seconds": round((datetime.now(UTC) - started).total_seconds(), 2)}
+    print(json.dumps({**report, "tasks_detail": summaries} if args.json else report, indent=2))
+    return 0
+
+
+def add_fault_options(p: argparse.ArgumentParser, default_fault: str | None = None) -> None:
+    p.add_argument("--fault", default=default_fault, metavar="FAULT",
+                   help="inject this fault on the first money request at the local Stripe edge: "
+                        "timeout-after-accept, error-after-commit, drop-after-commit, error-before-commit, "
+                        "drop-before-commit, conflict-before-commit, unverifiable")
+    p.add_argument("--edge-mode", choices=["dedupe", "passthrough"], default="dedupe",
+                   help="the edge honours idempotency keys as Stripe does (dedupe) or ignores them")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    s = sub.add_parser("scenario", help="run a built-in scenario (SU-88421, refund-8841, INV-9)")
+    s.add_argument("name", metavar="NAME", help="SU-88421, refund-8841 or INV-9")
+    s.add_argument("--repeat-effects", type=int, default=0, metavar="N",
+                   help="the scripted model asks again N times for each money effect already done")
+    s.add_argument("--task-id", help="run as a new task with this id, on its own order")
+    s.add_argument("--details", action="store_true", help="also print the whole checkpoint")
+    s.add_argument("--json", action="store_true")
+    add_fault_options(s)
+    s.set_defaults(demo=cmd_scenario)
+    c = sub.add_parser("compare", help="a refund scenario through our tool and a naive one, same fault")
+    c.add_argument("name", metavar="NAME", help="SU-88421 or refund-8841")
+    add_fault_options(c, default_fault="timeout-after-accept")
+    c.set_defaults(demo=cmd_compare)
+    sd = sub.add_parser("seed", help="the demo orders, payees and example tickets' orders at the local provider")
+    sd.add_argument("tickets", nargs="*", type=Path, metavar="TICKETS", help="more ticket files whose orders to seed")
+    sd.add_argument("--batch", type=int, default=0)
+    sd.set_defaults(demo=cmd_seed)
+    b = sub.add_parser("batch", help="N generated refund tickets, run at once")
+    b.add_argument("count", type=int, metavar="N")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(demo=cmd_batch)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Run a demo command; a problem the operator can fix is one line on stderr."""
+    try:
+        return int(asyncio.run(args.demo(args, settings)))
+    except ClientError as err:
+        print(f"devstack {args.command}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"devstack {args.command}: stopped watching; started tasks go on in Temporal", file=sys.stderr)
+        return 130

@@ -32,10 +32,11 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
@@ -45,17 +46,17 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.db import Database
 from activities.payments import StripeGateway
-from devstack.profile import Profile, sampled
-from devstack.seed import seed_scenarios
-from devstack.bench_bare import BARE_ACTIVITY, BareTaskWorkflow
-from infra.bytecode import ensure_bytecode
-from infra.settings import Settings
+from client import start_task
 from core.models import TaskResult
+from devstack.bench_bare import BARE_ACTIVITY, BareTaskWorkflow
+from devstack.profile import Profile, sampled
 from devstack.scenarios import batch_ticket
+from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
-from starter import start_task
-from worker import build_worker
+from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
+from infra.settings import Settings
+from worker import build_worker
 
 WARMUP = 3
 HARNESS_QUEUE, BARE_QUEUE = "load-harness", "load-bare"
@@ -184,7 +185,8 @@ class Load:
         cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
         cpu["load (client + worker)"] = (after_own.user + after_own.system) - (own.user + own.system)
         return {"seconds": elapsed, "tasks_per_s": count / elapsed,
-                "activities_per_s": count * self.activities_per_task / elapsed, **{f"cpu:{k}": v for k, v in cpu.items()}}
+                "activities_per_s": count * self.activities_per_task / elapsed,
+                **{f"cpu:{k}": v for k, v in cpu.items()}}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -234,7 +236,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.gc_threshold:
         shown["gc"] = f"freeze, gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "threads": args.threads,
-            "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency, "rounds": rounds,
+            "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
+            "rounds": rounds,
             "tickets": args.tickets,
             "profile": profile.table() if args.profile else None}
 

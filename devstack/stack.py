@@ -181,7 +181,8 @@ class Stack:
             self.stop()
             raise
 
-    def start_worker(self, log_file: Path | str | None = None, extra_env: dict[str, str] | None = None) -> WorkerProcess:
+    def start_worker(self, log_file: Path | str | None = None,
+                     extra_env: dict[str, str] | None = None) -> WorkerProcess:
         """Start one more worker against this stack and wait for its ready line."""
         if log_file is None:
             log_file = self.log_file("worker" if not self.workers else f"worker-{len(self.workers) + 1}")

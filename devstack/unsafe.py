@@ -42,7 +42,7 @@ class UnsafeRefund:
                           data={"provider_ref": refund.id, "amount_cents": refund.amount})
 
 
-def naive_refund(settings) -> object:  # noqa: ANN001
+def naive_refund(settings) -> object:
     """The naive tool's activity for a worker with these settings."""
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
                             settings.stripe_timeout_seconds, settings.stripe_sdk_retries)

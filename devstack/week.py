@@ -45,6 +45,7 @@ from activities.db import Database
 from activities.payments import StripeGateway
 from activities.records import Records
 from activities.world import World
+from client import start_task
 from core.domain import Item, Order
 from core.kinds import TaskKind
 from core.models import TaskInput
@@ -57,7 +58,6 @@ from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.exit import run_main
 from infra.settings import Settings
-from starter import start_task
 from worker import build_worker
 
 QUEUE, BARE_QUEUE = "week", "week-bare"
@@ -197,7 +197,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"tickets": len(week.tickets), "orders": len(week.orders), "seconds": elapsed,
             "tasks_per_s": len(week.tickets) / elapsed, "kinds": dict(kinds), "faults": faults,
             "states": dict(Counter(results.get(t.task.task_id, "lost") for t in week.tickets)),
-            "states_by_kind": {k: dict(Counter(results.get(t.task.task_id, "lost") for t in week.tickets if t.kind == k))
+            "states_by_kind": {k: dict(Counter(results.get(t.task.task_id, "lost")
+                                               for t in week.tickets if t.kind == k))
                                for k in kinds},
             "world": world, "bare_seconds": bare}
 
@@ -270,7 +271,8 @@ def bare_rows(r: dict[str, Any]) -> list[str]:
     if bare is None:
         return []
     if math.isnan(bare):  # started, not all completed
-        return [f"| bare Temporal: as many tasks of {BARE_STEPS} no-op steps, same server | not all completed by the deadline |"]
+        return [f"| bare Temporal: as many tasks of {BARE_STEPS} no-op steps, same server "
+                "| not all completed by the deadline |"]
     return [f"| bare Temporal: as many tasks of {BARE_STEPS} no-op steps, same server | {bare:.0f} s, "
             f"{r['tickets'] / bare:.1f} tasks/s |",
             f"| harness / bare | {r['seconds'] / bare:.2f}x the time, {bare / r['seconds']:.0%} of the throughput |"]
@@ -292,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result, indent=1) if args.json else report(result))
     world = result["world"]
     bad = (world["items paid twice (refunds above the price)"] or world["orders refunded beyond what was paid"]
-           or world["provider refunds per intent key above one"] or world["lost (not completed, dead-lettered or waiting)"])
+           or world["provider refunds per intent key above one"]
+           or world["lost (not completed, dead-lettered or waiting)"])
     return 1 if bad else 0
 
 

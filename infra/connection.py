@@ -40,22 +40,22 @@ def connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def _option(settings: Settings, name: str, fallback: str) -> str:
+    try:
+        value: str = connect_options(settings)[name]
+        return value
+    except ValueError:
+        return fallback
+
+
 def address(settings: Settings) -> str:
     """Where we connect, for messages (never raises)."""
-    try:
-        host: str = connect_options(settings)["target_host"]
-        return host
-    except ValueError:
-        return settings.temporal_address or DEFAULT_ADDRESS
+    return _option(settings, "target_host", settings.temporal_address or DEFAULT_ADDRESS)
 
 
 def namespace(settings: Settings) -> str:
     """The namespace we use, for messages and links (never raises)."""
-    try:
-        name: str = connect_options(settings)["namespace"]
-        return name
-    except ValueError:
-        return settings.temporal_namespace or DEFAULT_NAMESPACE
+    return _option(settings, "namespace", settings.temporal_namespace or DEFAULT_NAMESPACE)
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None,

@@ -11,11 +11,11 @@ from contextlib import asynccontextmanager
 
 from temporalio.client import Client, WorkflowHandle
 
+from client import start_task
 from core.models import Checkpoint, TaskInput, TaskResult
 from devstack.polling import poll_until
 from devstack.scenarios import SCENARIOS
 from infra.settings import Settings
-from starter import start_task
 from worker import build_worker
 
 _counter = itertools.count(1)

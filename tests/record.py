@@ -25,6 +25,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.db import Database
 from activities.payments import StripeGateway
 from activities.records import Records
+from client import redrive, start_task
 from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput
 from devstack.edge_control import EdgeControl, preset
 from devstack.polling import poll_until
@@ -33,7 +34,6 @@ from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.exit import run_main
 from infra.settings import Settings
-from starter import redrive, start_task
 from tests.approvers import APPROVERS, signed
 from tests.helpers import waiting
 from worker import build_worker

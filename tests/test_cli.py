@@ -31,9 +31,9 @@ def one_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("script", ["worker.py", "starter.py"])
+@pytest.mark.parametrize("script", ["worker.py", "devstack"])
 def test_unreachable_payment_provider(script: str, stack: Stack):
-    args = [script] if script == "worker.py" else [script, "scenario", "SU-88421"]
+    args = [script] if script == "worker.py" else ["-m", script, "scenario", "SU-88421"]
     line = one_line(run(args, TEMPORAL_ADDRESS=stack.address, STRIPE_API_BASE="http://127.0.0.1:9"))
     assert "payment provider at http://127.0.0.1:9" in line
 

@@ -18,11 +18,11 @@ from temporalio.testing import WorkflowEnvironment
 from activities.db import Database
 from activities.operations import alerts, dead_letters
 from activities.world import World
+from client import redrive
 from core.models import Outcome
 from core.names import SEARCH_ATTRIBUTES
 from devstack.edge_control import EdgeControl, preset
 from infra.settings import Settings
-from starter import redrive
 from tests.helpers import finished, running_worker, scenario_task, start
 
 

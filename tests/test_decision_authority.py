@@ -16,9 +16,9 @@ from temporalio.exceptions import ApplicationError
 from activities.authority import decision_nonces
 from activities.db import Database
 from activities.world import World
+from client import redrive
 from core.models import ResolveInput, ToolInput, ToolResult
 from infra.settings import Settings
-from starter import redrive
 from tests.approvers import ALICE, APPROVERS, BOB, signed
 from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
 

@@ -1,10 +1,12 @@
-"""Nothing a sender sends can break a task: 2,000+ hostile signals and Updates, of every shape, to
-tasks waiting for an approval. Property: no workflow task fails, every message is answered (Update)
-or recorded (signal) within a bounded checkpoint, and nothing happens in the world until a real,
-signed decision arrives.
+"""Nothing a sender sends can break a task: 10,000 hostile signals and Updates, of every shape, to
+tasks waiting for an approval, half to a worker whose payloads are encrypted and half to one whose
+are not, both with the product's own codec (infra/codec.py), sent by a client with no codec so
+they reach Temporal exactly as written. Property: no workflow task fails, every message is answered
+(Update) or recorded (signal) within a bounded checkpoint, nothing happens in the world until a
+real, signed decision arrives, and then each task accepts it and the item is refunded once.
 
 The messages come from a seeded generator (printed on failure): raw bytes under any encoding,
-sizes up to 600 KB, JSON nested thousands deep, missing, extra and mistyped fields, no argument or
+forged encryption and external-storage metadata, sizes up to 600 KB, JSON nested thousands deep, missing, extra and mistyped fields, no argument or
 several, unknown signal and Update names, and decisions that look right but are unsigned, forged,
 expired, for another task, from a non-approver or for another call.
 """
@@ -12,13 +14,17 @@ expired, for another task, from a non-approver or for another call.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
+import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import SecretStr
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
@@ -27,16 +33,21 @@ from temporalio.service import RPCError
 
 from activities.world import World
 from core.authority import DECISIONS_KEPT
+from infra import connection
 from infra.settings import Settings
 from tests.approvers import ALICE, BOB, signed
 from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
 
 SEED = 20261201
 TASKS = 4
-MESSAGES_PER_TASK = 600  # 2,400 in all; the server itself turns some away (e.g. too many Updates in flight)
+MESSAGES_PER_TASK = 1250  # 5,000 per worker, 10,000 in all; the server itself turns some away
 BATCH = 40
 OUTSIDER = Ed25519PrivateKey.generate()
-ENCODINGS = [b"json/plain", b"binary/plain", b"binary/null", b"json/protobuf", b"binary/encrypted", b"", b"\xff\xfe"]
+ENCODINGS = [b"json/plain", b"binary/plain", b"binary/null", b"json/protobuf", b"binary/encrypted", b"", b"\xff\xfe",
+             b"json/external-storage-reference", b"json/undecodable"]
+# Metadata a sender may add beside the encoding: our key id, another, the SDK's external-storage marker.
+METADATA = [{}, {"encryption-key-id": b"agent-payloads-v1"}, {"encryption-key-id": b"agent-payloads-v9"},
+            {"__temporal_external_storage_reference": b"true"}, {"messageType": b"x"}]
 
 
 @dataclass
@@ -46,8 +57,8 @@ class Message:
     args: list[Any]
 
 
-def _raw(data: bytes, encoding: bytes = b"json/plain") -> RawValue:
-    return RawValue(Payload(metadata={"encoding": encoding}, data=data))
+def _raw(data: bytes, encoding: bytes = b"json/plain", extra: dict[str, bytes] | None = None) -> RawValue:
+    return RawValue(Payload(metadata={"encoding": encoding, **(extra or {})}, data=data))
 
 
 def _junk(rng: random.Random, depth: int = 0) -> Any:
@@ -107,7 +118,8 @@ def _message(rng: random.Random, task_id: str, key: str) -> Message:
     elif shape == 1:
         args = [_lookalike(rng, task_id, key) for _ in range(rng.randrange(2, 4))]
     elif shape == 2:
-        args = [_raw(rng.randbytes(rng.choice([0, 1, 64, 4096, 20_000])), rng.choice(ENCODINGS))]
+        args = [_raw(rng.randbytes(rng.choice([0, 1, 64, 4096, 20_000])), rng.choice(ENCODINGS),
+                     rng.choice(METADATA))]
     elif shape == 3:
         depth = rng.choice([50, 900, 2000, 4000])
         args = [_raw(("[" * depth + "]" * depth).encode())]
@@ -143,30 +155,36 @@ async def _send(handle: WorkflowHandle, message: Message) -> str:
     return "applied"
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["payloads in the clear", "payloads encrypted"])
 async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_nothing(
-    client: Client, settings: Settings, world: World,
+    keyed: bool, client: Client, settings: Settings, world: World,
 ):
-    strict = settings.model_copy(update={"approval_ceiling_cents": 10000})
-    rng = random.Random(SEED)
-    async with running_worker(client, strict):
-        handles = [await start(client, strict, scenario_task("SU-88421")) for _ in range(TASKS)]
+    key = base64.b64encode(secrets.token_bytes(32)).decode() if keyed else None
+    strict = settings.model_copy(update={"approval_ceiling_cents": 10000,
+                                         "payload_encryption_key": SecretStr(key) if key else None})
+    product = await connection.connect(strict)  # the product's client: its data converter and codec
+    rng = random.Random(SEED + keyed)
+    async with running_worker(product, strict):
+        handles = [await start(product, strict, scenario_task("SU-88421")) for _ in range(TASKS)]
         keys = [(await waiting(h)).waiting_for.intent_key for h in handles]
+        senders = [client.get_workflow_handle(h.id) for h in handles]  # no codec: sent exactly as written
         ledger = world.effects()  # each refund's intent, left not_performed: approval_required
-        plan = [(h, _message(rng, h.id, k)) for _ in range(MESSAGES_PER_TASK) for h, k in zip(handles, keys)]
+        plan = [(s, _message(rng, s.id, k)) for _ in range(MESSAGES_PER_TASK) for s, k in zip(senders, keys)]
         answers: list[str] = []
         for start_at in range(0, len(plan), BATCH):
             batch = plan[start_at:start_at + BATCH]
-            answers += await asyncio.gather(*(_send(h, m) for h, m in batch))
-        delivered = [(h, m) for (h, m), a in zip(plan, answers) if a not in ("server", "answered")]
-        sent = {h.id: sum(1 for g, _ in delivered if g is h) for h in handles}
+            answers += await asyncio.gather(*(_send(s, m) for s, m in batch))
+        delivered = [(s, m) for (s, m), a in zip(plan, answers) if a not in ("server", "answered")]
+        sent = {s.id: sum(1 for g, _ in delivered if g is s) for s in senders}
 
         async def all_recorded():
             cps = [await checkpoint(h) for h in handles]
             return cps if all(sum(cp.decision_counts.values()) >= sent[cp.task_id] for cp in cps) else None
-        cps = await wait_for(all_recorded, "every message to be recorded", 180)
+        cps = await wait_for(all_recorded, "every message to be recorded", 300)
 
         updates = [a for (_, m), a in zip(plan, answers) if m.via == "update" and a != "server"]
-        assert len(delivered) >= 1500 and len(updates) > 300, (len(delivered), len(updates))
+        assert len(plan) == TASKS * MESSAGES_PER_TASK
+        assert len(delivered) >= 3000 and len(updates) > 700, (len(delivered), len(updates))
         assert set(updates) <= {"refused", "answered"}, f"seed {SEED}: {[a for a in updates if a != 'refused'][:3]}"
         for cp in cps:
             assert cp.state == "awaiting_human" and cp.decision_counts.get("applied", 0) == 0, cp.decision_counts
@@ -174,12 +192,14 @@ async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_noth
             assert len(cp.decisions) == DECISIONS_KEPT and len(cp.model_dump_json()) < 60_000
         assert world.refunds("SU-88421") == [] and world.effects() == ledger
 
-        for handle, key in zip(handles, keys):
-            await handle.signal("resolve", signed(handle.id, key, "abort", note="end of the test"))
+        # Each task still takes one valid signed decision: the first is approved, the rest aborted.
+        for n, (handle, intent_key) in enumerate(zip(handles, keys)):
+            decision = "approve" if n == 0 else "abort"
+            await handle.signal("resolve", signed(handle.id, intent_key, decision, note="end of the test"))
         results = [await finished(h) for h in handles]
-    assert {r.state for r in results} == {"cancelled"}
-    assert world.refunds("SU-88421") == [] and world.effects() == ledger
-    assert all(world.messages(h.id) == [] for h in handles)
+    assert [r.state for r in results] == ["completed"] + ["cancelled"] * (TASKS - 1)
+    assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
+    assert all(world.messages(h.id) == [] for h in handles[1:])
     for handle in handles:
         history = await handle.fetch_history()
         failed = [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]

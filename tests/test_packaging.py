@@ -30,3 +30,12 @@ def test_the_product_runs_from_its_folder():
     done = subprocess.run([sys.executable, str(ROOT / "starter.py"), "--help"], cwd="/", capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_starter_is_a_small_cli_on_the_client_library():
+    """starter.py builds its parser from cli/ and imports no devstack, directly or not."""
+    assert len((ROOT / "starter.py").read_text().splitlines()) < 150
+    probe = ("import sys, starter, client, cli.start, cli.decide, cli.inspect, cli.operate; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('devstack', 'tests')))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-2000:])

@@ -23,6 +23,7 @@ from playwright.async_api import async_playwright, expect
 from temporalio.client import Client
 
 from core.models import Checkpoint
+from devstack.__main__ import seed_demo_data
 from devstack.polling import poll_until
 from devstack.stack import Stack
 from infra.codec import data_converter
@@ -42,6 +43,7 @@ def runbook_blocks() -> list[str]:
 @pytest.fixture
 def made_up(tmp_path: Path) -> Iterator[Stack]:
     with Stack.for_tests(tmp_path / "stack", headless=False, with_worker=True) as stack:
+        seed_demo_data(stack.env())  # as `make up` does
         yield stack
 
 
@@ -50,7 +52,8 @@ def test_the_readme_has_runnable_blocks():
     commands = [line for block in blocks for line in block.splitlines() if line.strip()]
     assert len(blocks) >= 6 and len(commands) >= 20, blocks
     for line in commands:
-        assert line.startswith((".venv/bin/python starter.py ", ".venv/bin/temporal ")), line
+        assert line.startswith((".venv/bin/python starter.py ", ".venv/bin/python -m devstack ",
+                                ".venv/bin/temporal ")), line
     assert "../" not in README.read_text(), "the README points outside the repository"
 
 
@@ -76,6 +79,9 @@ async def test_readme_commands_and_web_ui_directions(made_up: Stack, tmp_path: P
     ticket["facts"]["order_id"] = ticket["order"]["order_id"] = "A-UI-1"  # not refunded by the blocks above
     path = tmp_path / "ticket.json"
     path.write_text(json.dumps(ticket))
+    seeded = await asyncio.to_thread(subprocess.run, [".venv/bin/python", "-m", "devstack", "seed", str(path)],
+                                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert seeded.returncode == 0, seeded.stderr
     started = await asyncio.to_thread(
         subprocess.run, [".venv/bin/python", "starter.py", "start", "--file", str(path), "--until-waiting"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

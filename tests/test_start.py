@@ -22,13 +22,16 @@ from temporalio.client import Client
 
 from activities.db import Database
 from activities.payments import StripeGateway
+from activities.records import Records
 from activities.world import World
+from client import Ticket, start_ticket
+from core.domain import Order
 from core.models import Checkpoint
 from devstack.edge_control import EdgeControl
 from devstack.polling import poll_until
+from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY
 from infra.settings import Settings
-from starter import Ticket, start_ticket
 from tests.helpers import finished, running_worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +40,20 @@ ROOT = Path(__file__).resolve().parent.parent
 def starter(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "starter.py", *args], cwd=ROOT, env={**os.environ, **env},
                           capture_output=True, text=True, timeout=timeout)
+
+
+def devstack(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "devstack", *args], cwd=ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def seed_tickets(settings: Settings, tickets: list[dict]) -> None:
+    """The tickets' orders exist in "your" system (the local stack's records) and are paid at the provider."""
+    gateway = StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, 10.0)
+    db = Database(settings.agent_db_path)
+    db.create()
+    for ticket in tickets:
+        seed_order(Records(db), gateway, Order.model_validate(ticket["order"]))
 
 
 def own_ticket(kind: str = "support", cents: int = 8900) -> dict:
@@ -58,6 +75,7 @@ async def test_own_ticket_from_a_file_twice_runs_once_with_one_refund(client: Cl
     ticket = own_ticket()
     path = tmp_path / "ticket.json"
     path.write_text(json.dumps(ticket))
+    seed_tickets(settings, [ticket])
     async with running_worker(client, settings):
         first = await asyncio.to_thread(starter, ["start", "--file", str(path), "--json"], worker_env)
         second = await asyncio.to_thread(starter, ["start", "--file", str(path), "--json"], worker_env)
@@ -78,6 +96,7 @@ async def test_batch_of_a_jsonl_file(client: Client, settings: Settings, worker_
     tickets = [own_ticket("refund", 1000 + n) for n in range(3)]
     path = tmp_path / "tickets.jsonl"
     path.write_text("\n".join(json.dumps(t) for t in tickets) + "\n")
+    seed_tickets(settings, tickets)
     async with running_worker(client, settings):
         done = await asyncio.to_thread(starter, ["batch", str(path)], worker_env)
     assert done.returncode == 0, done.stderr
@@ -87,9 +106,9 @@ async def test_batch_of_a_jsonl_file(client: Client, settings: Settings, worker_
 
 
 async def test_start_ticket_function_attaches_to_the_same_ticket(client: Client, settings: Settings):
-    ticket = Ticket.model_validate(own_ticket("refund", 2500))
-    from starter import prepare_orders
-    prepare_orders(settings, [ticket])
+    raw = own_ticket("refund", 2500)
+    seed_tickets(settings, [raw])
+    ticket = Ticket.model_validate(raw)
     async with running_worker(client, settings):
         first = await start_ticket(client, settings, ticket)
         second = await start_ticket(client, settings, ticket)
@@ -113,7 +132,7 @@ def test_bad_tickets_get_one_line_and_exit_2(args: list[str], expected: str, wor
 
 async def test_product_commands_run_without_the_dev_package(client: Client, settings: Settings,
                                                             worker_env: dict[str, str]):
-    """`devstack` made unimportable: start (no `order`), status and list work; a demo command says why not."""
+    """`devstack` made unimportable: start, status and list work; the demo commands are devstack's alone."""
     blocked = ("import runpy, sys; sys.modules['devstack'] = None; sys.argv = ['starter.py', *sys.argv[1:]]; "
                "runpy.run_path('starter.py', run_name='__main__')")
 
@@ -121,19 +140,19 @@ async def test_product_commands_run_without_the_dev_package(client: Client, sett
         return subprocess.run([sys.executable, "-c", blocked, *args], cwd=ROOT, env={**os.environ, **worker_env},
                               capture_output=True, text=True, timeout=120)
 
-    ticket = Ticket.model_validate(own_ticket("refund", 3100))
-    from starter import prepare_orders
-    prepare_orders(settings, [ticket])  # the order exists in "your" system already
+    raw = own_ticket("refund", 3100)
+    seed_tickets(settings, [raw])
+    ticket = Ticket.model_validate(raw)
     async with running_worker(client, settings):
         started = await asyncio.to_thread(run_blocked, ["start", "refund", ticket.ticket_id, "--text", ticket.text,
                                                         "--order", ticket.order.order_id])
         status = await asyncio.to_thread(run_blocked, ["status", f"ticket-{ticket.ticket_id}"])
         listed = await asyncio.to_thread(run_blocked, ["list"])
     assert started.returncode == 0, started.stderr
-    assert status.returncode == 0 and Checkpoint.model_validate_json(status.stdout).state == "completed"
+    assert status.returncode == 0 and status.stdout.startswith(f"ticket-{ticket.ticket_id}: completed"), status
     assert listed.returncode == 0 and listed.stdout.strip(), listed
     demo = await asyncio.to_thread(run_blocked, ["scenario", "SU-88421"])
-    assert demo.returncode == 2 and "needs the local stack (the dev extra" in demo.stderr, demo.stderr
+    assert demo.returncode == 2 and "invalid choice: 'scenario'" in demo.stderr, demo.stderr
 
 
 async def test_list_shows_a_waiting_task_whose_worker_is_down(client: Client, settings: Settings, world: World,
@@ -154,8 +173,8 @@ async def test_list_shows_a_waiting_task_whose_worker_is_down(client: Client, se
 
 
 async def test_redrive_can_change_the_escalation_deadline(client: Client, settings: Settings, world: World):
+    from client import redrive
     from core.models import TaskInput
-    from starter import redrive
     from tests.helpers import scenario_task, start, waiting
 
     low = settings.model_copy(update={"approval_ceiling_cents": 5000})
@@ -183,7 +202,7 @@ async def test_scenario_with_a_fault_is_a_fresh_task_and_leaves_the_edge_as_foun
     async with running_worker(client, settings):
         runs = []
         for _ in range(2):
-            done = await asyncio.to_thread(starter, ["scenario", "SU-88421", "--fault", "timeout-after-accept",
+            done = await asyncio.to_thread(devstack, ["scenario", "SU-88421", "--fault", "timeout-after-accept",
                                                      "--task-id", f"fault-{uuid.uuid4().hex[:8]}", "--json"],
                                            worker_env)
             assert done.returncode == 0, done.stderr
@@ -199,11 +218,11 @@ async def test_scenario_with_a_fault_is_a_fresh_task_and_leaves_the_edge_as_foun
 
 async def test_an_interrupted_scenario_still_restores_the_edge(client: Client, settings: Settings, world: World,
                                                                worker_env: dict[str, str], edge: EdgeControl):
-    """`unverifiable` leaves the task waiting for a person; Ctrl-C on the starter puts the edge back."""
+    """`unverifiable` leaves the task waiting for a person; Ctrl-C on the demo command puts the edge back."""
     before = edge.current()
     task_id = f"interrupted-{uuid.uuid4().hex[:8]}"
     async with running_worker(client, settings):
-        proc = subprocess.Popen([sys.executable, "starter.py", "scenario", "SU-88421", "--fault", "unverifiable",
+        proc = subprocess.Popen([sys.executable, "-m", "devstack", "scenario", "SU-88421", "--fault", "unverifiable",
                                  "--task-id", task_id], cwd=ROOT,
                                 env={**os.environ, **worker_env},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -29,10 +29,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.db import Database
 from activities.payments import StripeGateway
 from activities.world import World
+from client import start_task
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
-from starter import start_task
 from tests.helpers import checkpoint, scenario_task, waiting
 
 CHROMIUM = Path("/usr/bin/chromium")

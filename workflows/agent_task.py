@@ -151,7 +151,7 @@ class AgentTaskWorkflow:
 
     async def _load_policy(self, task: TaskInput) -> Policy:
         """The worker's authority over this task, narrowed by its input; recorded in the history."""
-        request = PolicyInput(task_id=task.task_id, kind=task.kind, facts=task.facts)
+        request = PolicyInput(task_id=task.task_id, kind=task.kind, facts=task.facts, redrive_of=task.redrive_of)
         try:
             if self._lean:  # a read of the worker's own configuration and records: no task of its own
                 policy = await workflow.execute_local_activity_method(

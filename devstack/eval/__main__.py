@@ -67,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def plan(args: argparse.Namespace):  # noqa: ANN201
+def plan(args: argparse.Namespace):
     tickets = [] if args.no_built_in else list(BUILT_IN)
     try:
         if args.tickets:

@@ -249,7 +249,7 @@ def message_problems(source: str, body: str, refunds: list[dict[str, Any]], ledg
         item = named[0].get("item_id") if named else None
         held = [r for r in landed if item is None or r.get("item_id") in (None, item)]
         pending = [r for r in ledger if r.get("status") in ("intent", "unknown")]
-        if not pending or held and not pending:
+        if not pending or (held and not pending):
             problems.append(f"{source} says a refund is pending review; the ledger holds none in flight or in doubt"
                             f" and the provider holds {[r['id'] for r in held]}")
     return problems

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 import statistics
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.markup import escape
@@ -183,13 +183,14 @@ def html_report(runs: list[Run], exit_code: int, meta: dict[str, Any]) -> str:
         f"<td>{f['escalated']}</td><td>{f['pays_twice']}</td><td>{f['lost']}</td><td>{f['false_claim']}</td>"
         f"<td>{f['median_turns']:g} / {f['median_tool_calls']:g} / {f['median_seconds']:.1f}</td></tr>"
         for col, f in s.items())
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     verdict_line = "every graded run passed" if exit_code == 0 else "FAILED: a run outside the baseline failed"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>Agent eval {e(when)}</title>
 <style>{_CSS}</style></head><body>
 <h1>Agent eval: graded on the world, not the reply</h1>
 <p>{e(when)} &middot; {e(verdict_line)} (exit {exit_code}) &middot; {len(runs)} runs</p>
-<ul>{"".join(f"<li>{e(k)}: {e(', '.join(map(str, v)) if isinstance(v, list) else str(v))}</li>" for k, v in meta.items())}
+<ul>{"".join(f"<li>{e(k)}: {e(', '.join(map(str, v)) if isinstance(v, list) else str(v))}</li>"
+             for k, v in meta.items())}
 </ul>
 <h2>Matrix</h2>
 {_matrix_html(runs)}

@@ -18,20 +18,22 @@ import signal
 import sys
 import time
 import uuid
-from datetime import timedelta
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import stripe
-from temporalio.client import Client, WorkflowHandle, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
 from activities.db import Database
 from activities.payments import KEY_FIELD, StripeGateway
 from activities.records import Records
 from activities.world import World
+from client import start_task
 from core.models import Checkpoint, TaskInput, TaskResult
 from devstack.chaos import task_state
 from devstack.edge_control import EdgeControl
@@ -45,7 +47,6 @@ from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra import connection
 from infra.settings import Settings
-from starter import start_task
 from worker import build_worker
 
 __all__ = ["Run", "Runner"]

@@ -33,7 +33,7 @@ from core.kinds import TaskKind
 from core.models import TaskInput
 from devstack.scenarios import INVOICES, ORDERS, invoice_inv_9, refund_8841, su_88421
 
-__all__ = ["BUILT_IN", "ExpectedPayment", "ExpectedRefund", "Expect", "Ticket", "TicketFileError", "load_tickets"]
+__all__ = ["BUILT_IN", "Expect", "ExpectedPayment", "ExpectedRefund", "Ticket", "TicketFileError", "load_tickets"]
 
 
 class ExpectedRefund(BaseModel):
@@ -67,7 +67,7 @@ class Ticket(BaseModel):
     expect: Expect
 
     @model_validator(mode="after")
-    def _one_world(self) -> "Ticket":
+    def _one_world(self) -> Ticket:
         if (self.order is None) == (self.invoice is None):
             raise ValueError("give exactly one of `order` or `invoice`")
         return self
@@ -76,7 +76,7 @@ class Ticket(BaseModel):
     def resource_id(self) -> str:
         return self.order.order_id if self.order else self.invoice.invoice_id  # type: ignore[union-attr]
 
-    def for_run(self, run: str) -> tuple["Ticket", str]:
+    def for_run(self, run: str) -> tuple[Ticket, str]:
         """This ticket on a fresh order (or invoice) id for the run named `run` (letters and digits);
         returns it and the new id."""
         old = self.resource_id

@@ -1,0 +1,181 @@
+"""Start, follow, decide and redrive tasks, through Temporal only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from client.tickets import Ticket, TicketError
+from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput, TaskResult
+from core.names import WORKFLOW_NAME, starting_attributes
+from infra import connection
+from infra.settings import Settings
+
+_TASK_TIMEOUT = timedelta(seconds=3)  # a workflow task lost with a dead worker is retried in 3 s
+
+
+class ClientError(Exception):
+    """A problem the operator can fix; printed as one line."""
+
+
+async def connect(settings: Settings) -> Client:
+    try:
+        return await connection.connect(settings)
+    except ValueError as err:  # a malformed encryption key or connection profile
+        raise ClientError(str(err)) from None
+    except Exception as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ClientError(f"cannot reach Temporal at {connection.address(settings)} ({first}); "
+                          f"is the stack up? `make up` starts the local one") from None
+
+
+def describe_task(task: TaskInput, amount_cents: int | None = None) -> tuple[str, str]:
+    """The task's one-line summary and its details, as the Web UI shows them at the top of its page."""
+    order_id, invoice_id, item_id = (task.facts.get(k) for k in ("order_id", "invoice_id", "item_id"))
+    amount = [f"${amount_cents / 100:,.2f}"] if amount_cents is not None else []
+    parts = [task.scenario, task.task_id]
+    parts += [f"order {order_id}"] if order_id else []
+    parts += [f"item {item_id}"] if item_id else []
+    parts += [f"invoice {invoice_id}"] if invoice_id else []
+    details = "\n".join([f"**{task.scenario}** task `{task.task_id}`", "",
+                         *(f"- {name}: `{value}`" for name, value in sorted(task.facts.items())),
+                         *([f"- amount: {amount[0]}"] if amount else []),
+                         "", "Current details (User Metadata) show what the task is doing and what it waits for."])
+    return " · ".join(parts + amount), details
+
+
+async def start_task(client: Client, settings: Settings, task: TaskInput,
+                     amount_cents: int | None = None) -> WorkflowHandle[Any, TaskResult]:
+    """Start the task, or attach to it when a run with this id is going or has completed.
+
+    A completed task is never run again by a plain start (redrive is explicit); a failed or
+    terminated one may be, and its intent keys make the done steps come back already_performed.
+    Approvers, ceilings and the escalation deadline are the worker's, not the starter's.
+    """
+    summary, details = describe_task(task, amount_cents)
+    try:
+        return await client.start_workflow(
+            WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            task_timeout=_TASK_TIMEOUT, static_summary=summary, static_details=details,
+            search_attributes=starting_attributes(task.scenario),
+        )
+    except WorkflowAlreadyStartedError:
+        return client.get_workflow_handle(task.task_id, result_type=TaskResult)
+
+
+def started_now(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the start that gave this handle started a run (False: it attached to one going or done)."""
+    response = getattr(handle, "_start_workflow_response", None)  # the SDK keeps the server's answer there
+    return bool(response is not None and response.started)
+
+
+async def start_ticket(client: Client, settings: Settings, ticket: Ticket) -> WorkflowHandle[Any, TaskResult]:
+    """Start the task for a ticket, or attach to the one already started for it.
+
+    The task id is `ticket-<ticket_id>`: starting the same ticket again (a retried webhook, a second
+    click) attaches to the running task or shows the finished one's result, and never starts a
+    second task. The worker's configuration (model backend, ceilings, approvers) applies to it.
+    """
+    try:
+        task = ticket.task_input()
+    except TicketError as err:
+        raise ClientError(str(err)) from None
+    return await start_task(client, settings, task, ticket.amount_cents())
+
+
+async def follow(handle: WorkflowHandle[Any, TaskResult], on_checkpoint: Callable[[Checkpoint], None] | None = None,
+                 until_waiting: bool = False) -> TaskResult | None:
+    """The task's result, calling `on_checkpoint` with each checkpoint read on the way.
+
+    With `until_waiting`, return None as soon as the task waits for a person.
+    """
+    result = asyncio.ensure_future(handle.result())
+    try:
+        while not result.done():
+            if on_checkpoint is not None or until_waiting:
+                try:
+                    cp: Checkpoint | None = await handle.query("checkpoint", result_type=Checkpoint)
+                except RPCError:
+                    cp = None
+                if cp is not None and on_checkpoint is not None:
+                    on_checkpoint(cp)
+                if cp is not None and until_waiting and cp.waiting_for is not None:
+                    return None
+            await asyncio.wait([result], timeout=0.5)
+    finally:
+        if not result.done():
+            result.cancel()
+    return result.result()
+
+
+async def checkpoint_of(client: Client, task_id: str, rpc_timeout: timedelta | None = None) -> Checkpoint:
+    try:
+        cp: Checkpoint = await client.get_workflow_handle(task_id).query("checkpoint", result_type=Checkpoint,
+                                                                         rpc_timeout=rpc_timeout)
+    except RPCError as err:
+        hint = "" if task_id.startswith(("ticket-", "invoice-")) else f" (a ticket's task is ticket-{task_id})"
+        raise ClientError(f"no task {task_id}: {err.message}{hint}") from None
+    return cp
+
+
+async def decide(client: Client, decision: ResolveInput) -> DecisionReceipt:
+    """Send a signed decision through the task's `decide` Update: the answer is what was applied."""
+    handle = client.get_workflow_handle(decision.task_id)
+    try:
+        receipt: DecisionReceipt = await handle.execute_update("decide", decision, result_type=DecisionReceipt)
+    except WorkflowUpdateFailedError as err:
+        raise ClientError(f"decision not applied: {getattr(err.cause, 'message', err.cause)}") from None
+    except RPCError as err:
+        raise ClientError(f"no task {decision.task_id}: {err.message}") from None
+    return receipt
+
+
+async def redrive(client: Client, settings: Settings, task_id: str, force: bool = False,
+                  escalation_timeout_seconds: int | None = None) -> tuple[WorkflowHandle[Any, TaskResult],
+                                                                          TaskInput, str]:
+    """Start a dead-lettered (or failed, cancelled) task again with its original input.
+
+    Done effects come back already_performed from the ledger: the intent keys are the same. The new
+    run marks the dead letter redriven. `escalation_timeout_seconds` replaces how long the new run
+    waits for a person when it escalates.
+    """
+    handle = client.get_workflow_handle(task_id, result_type=TaskResult)
+    try:
+        description = await handle.describe()
+        history = await handle.fetch_history()
+    except RPCError as err:
+        raise ClientError(f"no task {task_id}: {err.message}") from None
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        raise ClientError(f"{task_id} is still running; resolve it instead")
+    completed = description.status == WorkflowExecutionStatus.COMPLETED
+    status = description.status.name.lower() if description.status is not None else "unknown"
+    state = (await handle.result()).state if completed else status
+    if state == "completed" and not force:
+        raise ClientError(f"{task_id} completed; --force to run it again anyway")
+    started = history.events[0].workflow_execution_started_event_attributes
+    [task] = await client.data_converter.decode(started.input.payloads, [TaskInput])
+    update: dict[str, Any] = {"redrive_of": description.run_id}
+    if escalation_timeout_seconds is not None:
+        update["escalation_timeout_seconds"] = escalation_timeout_seconds
+    task = task.model_copy(update=update)
+    summary, details = describe_task(task)
+    new = await client.start_workflow(
+        WORKFLOW_NAME, task, id=task.task_id, task_queue=settings.task_queue, result_type=TaskResult,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE, task_timeout=_TASK_TIMEOUT,
+        static_summary=f"{summary} · redrive", static_details=details,
+        search_attributes=starting_attributes(task.scenario))
+    return new, task, state
