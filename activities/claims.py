@@ -26,10 +26,10 @@ from typing import Any
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, describe
 from activities.payments import KEY_FIELD, StripeGateway
-from activities.records import OrderRecord
-from core.claims import Refunded, RefundStatus
+from activities.records import InvoiceRecord, OrderRecord
+from core.claims import Paid, PaymentStatus, Refunded, RefundStatus
 
-__all__ = ["ProviderRefund", "RefundTruth", "refund_records", "refund_truth"]
+__all__ = ["PaymentTruth", "ProviderRefund", "RefundTruth", "payment_records", "refund_records", "refund_truth"]
 
 
 @dataclass(frozen=True)
@@ -125,3 +125,59 @@ def refund_records(db: Database, gateway: StripeGateway, task_id: str, record: O
 
 def _metadata(obj: Any) -> dict[str, str]:
     return obj.metadata.to_dict() if obj.metadata is not None else {}
+
+
+@dataclass
+class PaymentTruth:
+    """What the records show for (task, invoice): a status, or None when they show no one status."""
+
+    status: PaymentStatus | None
+    detail: str
+    paid: list[Paid] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: bool = False
+
+    def allows(self, claim: PaymentStatus) -> bool:
+        return self.status == claim
+
+
+def payment_records(db: Database, gateway: StripeGateway, task_id: str, record: InvoiceRecord) -> PaymentTruth:
+    """The invoice's payment as the task's ledger rows and the provider's payments to its payee hold it.
+
+        paid            every live intent of the task is performed with a payment the provider holds; or,
+                        with none of the task's own, the provider holds a payment of the invoice (made before)
+        pending_review  an intent of the task is in flight or in doubt
+        not_paid        none of that
+    """
+    invoice = record.invoice
+    with db.connect() as conn:
+        found = conn.execute(
+            "SELECT intent_key, status, provider_ref, amount_cents, arguments FROM effects"
+            " WHERE task_id = :task AND tool = 'send_payment' ORDER BY created_at", {"task": task_id}).fetchall()
+    rows = [{"intent_key": r["intent_key"], "status": r["status"], "provider_ref": r["provider_ref"],
+             "amount_cents": r["amount_cents"]} for r in found
+            if json.loads(r["arguments"] or "{}").get("invoice_id") == invoice.invoice_id]
+    try:
+        held = {p.id: p for p in gateway.payments_to(record.customer_ref)
+                if _metadata(p).get("invoice_id") == invoice.invoice_id and p.status == "succeeded"}
+    except PROVIDER_ERRORS as err:
+        return PaymentTruth(None, f"the provider's payments cannot be read now ({describe(err)})", unreadable=True)
+    shown = "; ".join(f"{r['status']}" + (f" {r['amount_cents'] / 100:.2f} as {r['provider_ref']}"
+                                          if r["status"] == "performed" else "") for r in rows) or "no payment intent"
+    performed = [r for r in rows if r["status"] == "performed"]
+    missing = [r for r in performed if r["provider_ref"] not in held
+               or held[r["provider_ref"]].amount != r["amount_cents"]]
+    if missing:
+        return PaymentTruth(None, f"the ledger holds {shown}, but the provider does not hold "
+                                  f"{', '.join(str(r['provider_ref']) for r in missing)} as recorded", rows=rows)
+    if any(r["status"] in ("intent", "unknown") for r in rows):
+        return PaymentTruth("pending_review", f"the ledger holds {shown} of this task", rows=rows)
+    currency = invoice.currency
+    if performed:
+        return PaymentTruth("paid", f"the ledger and the provider hold {shown}",
+                            [Paid(r["amount_cents"], currency, r["provider_ref"]) for r in performed], rows)
+    if held:
+        return PaymentTruth("paid", f"the provider holds {', '.join(held)} for invoice {invoice.invoice_id}",
+                            [Paid(p.amount, currency, p.id) for p in held.values()], rows)
+    return PaymentTruth("not_paid", f"the ledger holds {shown} of this task and the provider no payment of "
+                                    f"invoice {invoice.invoice_id}", rows=rows)

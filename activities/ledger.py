@@ -27,6 +27,7 @@ from activities.db import Database, Row, _Session
 log = logging.getLogger("agent.ledger")
 
 LIVE = ("intent", "performed", "unknown")  # statuses whose amounts count against a budget
+_LIVE_SQL = "(" + ", ".join(f"'{status}'" for status in LIVE) + ")"
 
 
 @dataclass(frozen=True)
@@ -206,8 +207,8 @@ class EffectLedger:
         for hold in request.holds:
             rows = conn.execute(
                 "SELECT e.*, h.amount_cents AS held FROM holds h JOIN effects e ON e.intent_key = h.intent_key"
-                " WHERE h.resource = :resource AND e.intent_key != :key AND e.status IN ('intent', 'performed',"
-                " 'unknown') ORDER BY e.created_at", {"resource": hold.resource, "key": request.intent_key}
+                f" WHERE h.resource = :resource AND e.intent_key != :key AND e.status IN {_LIVE_SQL}"
+                " ORDER BY e.created_at", {"resource": hold.resource, "key": request.intent_key}
             ).fetchall()
             external = request.external_cents.get(hold.resource, 0)
             available = hold.limit_cents - sum(r["held"] for r in rows) - external
@@ -222,14 +223,14 @@ class EffectLedger:
             return None
         task_total = conn.execute(
             "SELECT COALESCE(SUM(amount_cents), 0) AS total FROM effects WHERE task_id = :task AND tool = :tool"
-            " AND intent_key != :key AND status IN ('intent', 'performed', 'unknown')",
+            f" AND intent_key != :key AND status IN {_LIVE_SQL}",
             {"task": request.task_id, "tool": request.tool, "key": request.intent_key}).one()["total"]
         totals = [(f"task:{request.task_id}", task_total)]
         for hold in request.holds:
             held = conn.execute(
                 "SELECT COALESCE(SUM(h.amount_cents), 0) AS total FROM holds h JOIN effects e"
                 " ON e.intent_key = h.intent_key WHERE h.resource = :resource AND e.intent_key != :key"
-                " AND e.status IN ('intent', 'performed', 'unknown')",
+                f" AND e.status IN {_LIVE_SQL}",
                 {"resource": hold.resource, "key": request.intent_key}).one()["total"]
             totals.append((hold.resource, held + request.external_cents.get(hold.resource, 0)))
         for scope, total in totals:
@@ -350,7 +351,7 @@ class EffectLedger:
             return set()
         with self._db.connect() as conn:
             rows = conn.execute(
-                "SELECT intent_key FROM effects WHERE status IN ('intent', 'performed', 'unknown')"
+                f"SELECT intent_key FROM effects WHERE status IN {_LIVE_SQL}"
                 " AND intent_key IN (" + ", ".join(f":k{i}" for i in range(len(keys))) + ")",
                 {f"k{i}": key for i, key in enumerate(keys)}).fetchall()
         return {r["intent_key"] for r in rows}
@@ -359,3 +360,34 @@ class EffectLedger:
         with self._db.connect() as conn:
             rows = conn.execute("SELECT * FROM effects ORDER BY created_at").fetchall()
         return [Effect.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class SentEffect:
+    """A message's intent as the ledger keeps it once the outbox holds the message."""
+
+    intent_key: str
+    task_id: str
+    tool: str
+    arguments: dict[str, Any]
+    owner: str
+    recipient: str
+
+
+def record_sent(conn: _Session, sent: SentEffect, now: float) -> None:
+    """The message's intent, performed, in the transaction that put the message in the outbox
+    (activities/records.py `send_once`): the ledger stays the one writer of `effects`."""
+    conn.execute(
+        "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, provider_ref, detail,"
+        " created_at, updated_at) VALUES (:key, :task, :tool, :args, 'performed', :owner, :ref, :detail, :now,"
+        " :now) ON CONFLICT (intent_key) DO UPDATE SET status = 'performed', owner = excluded.owner,"
+        " provider_ref = excluded.provider_ref, updated_at = excluded.updated_at",
+        {"key": sent.intent_key, "task": sent.task_id, "tool": sent.tool,
+         "args": json.dumps(sent.arguments, sort_keys=True), "owner": sent.owner,
+         "ref": f"outbox:{sent.intent_key}", "detail": json.dumps({"recipient": sent.recipient}), "now": now})
+
+
+def owner_of(conn: _Session, intent_key: str) -> str | None:
+    """Which attempt holds (or held) the intent, if the ledger knows it."""
+    row = conn.execute("SELECT owner FROM effects WHERE intent_key = :key", {"key": intent_key}).fetchone()
+    return None if row is None else str(row["owner"])

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from activities.db import Database, _Session
+from activities.ledger import SentEffect, owner_of, record_sent
 from core.domain import Invoice, Order
 from core.headers import control_characters
 
@@ -174,18 +174,9 @@ def send_once(db: Database, message: Outgoing, limits: MessageLimits) -> Sent | 
              "recipient": message.recipient, "subject": message.subject, "body": message.body,
              "now": now}).rowcount == 1
         if not sent:
-            row = conn.execute("SELECT owner FROM effects WHERE intent_key = :key",
-                               {"key": message.intent_key}).fetchone()
-            return Sent(now=False, mine=row is not None and row["owner"] == message.owner)
-        conn.execute(
-            "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, provider_ref, detail,"
-            " created_at, updated_at) VALUES (:key, :task, :tool, :args, 'performed', :owner, :ref, :detail, :now,"
-            " :now) ON CONFLICT (intent_key) DO UPDATE SET status = 'performed', owner = excluded.owner,"
-            " provider_ref = excluded.provider_ref, updated_at = excluded.updated_at",
-            {"key": message.intent_key, "task": message.task_id, "tool": message.tool,
-             "args": json.dumps(message.arguments, sort_keys=True), "owner": message.owner,
-             "ref": f"outbox:{message.intent_key}", "detail": json.dumps({"recipient": message.recipient}),
-             "now": now})
+            return Sent(now=False, mine=owner_of(conn, message.intent_key) == message.owner)
+        record_sent(conn, SentEffect(message.intent_key, message.task_id, message.tool, message.arguments,
+                                     message.owner, message.recipient), now)
     return Sent(now=True, mine=True)
 
 

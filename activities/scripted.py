@@ -150,10 +150,11 @@ def _plan(scenario: str, brief: str, options: dict[str, Any]) -> list[PlanStep]:
                 "invoice_id": invoice_id, "payee": r["lookup"]["data"]["payee"],
                 "amount_cents": r["lookup"]["data"]["amount_cents"],
                 "currency": r["lookup"]["data"]["currency"]}, repeat),
+            # Money only through payment_status: the product checks it and writes amount and reference.
             PlanStep("remit", "send_email", lambda r: {
-                "to": r["lookup"]["data"]["payee_email"], "subject": f"Remittance for {invoice_id}",
-                "body": f"We paid {invoice_id}: {r['pay']['data']['amount_cents'] / 100:.2f} "
-                        f"{r['lookup']['data']['currency'].upper()}, reference {r['pay']['data']['provider_ref']}."}),
+                "to": r["lookup"]["data"]["payee_email"], "subject": f"{invoice_id} from Sundry",
+                "body": f"Hello {r['lookup']['data']['payee']}, thank you for your work on {invoice_id}.",
+                "payment_status": "paid", "invoice_id": invoice_id}),
         ]
     order_id = _fact(brief, "order_id") or (_ids(brief, "SU") or _ids(brief, "ORD") or _ids(brief, "B") or [""])[0]
     # A ticket about several items names them all, comma separated (core/kinds.py): refund each.

@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.claims import refund_records
+from activities.claims import payment_records, refund_records
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
 from activities.faults import crash_point
@@ -31,7 +31,7 @@ from activities.records import (
     send_once,
     upsert_confirmation,
 )
-from core.claims import compose, money_in_text, money_sentence
+from core.claims import compose, money_in_text, money_sentence, payment_sentence
 from core.contacts import contacts_in
 from core.domain import Order
 from core.models import InspectInput, IntentView, Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
@@ -369,8 +369,42 @@ class ToolActivities:
 
     @tool("send_email")
     async def send_email(self, call: ToolInput) -> ToolResult:
+        """An email to a party on record; its money facts are checked as a message to an order's party's
+        are: none in the subject or free text, the payment's status against the ledger and the provider."""
         args = SendEmailArgs.model_validate(call.arguments)
-        return await self._send(call, "email", args.to, args.subject, args.body)
+        if await in_thread(self._in_outbox, require_key(call)):  # sent already: answered as sent, not checked again
+            return await self._send(call, "email", args.to, args.subject, args.body)
+        statement = await in_thread(self._payment_statement, call, args)
+        if isinstance(statement, ToolResult):
+            return statement
+        return await self._send(call, "email", args.to, args.subject, compose(args.body, statement), statement)
+
+    def _payment_statement(self, call: ToolInput, args: SendEmailArgs) -> str | ToolResult | None:
+        """The money sentence for the email's `payment_status`, from the records; None when it states none;
+        a refusal when its subject or free text states money facts or its status is false."""
+        facts = money_in_text(f"{args.subject}\n{args.body}")
+        if facts:
+            return _refused(call, "money_in_free_text",
+                            f"the email states money facts in its subject or free text ({', '.join(facts[:5])}); "
+                            "nothing was sent. Write them without amounts, currencies, references or money words, "
+                            "and say what happened to the payment with payment_status and invoice_id: the product "
+                            "adds the amount and reference from its records.", {"free_text_money": facts})
+        if args.payment_status is None:
+            return None
+        record = self._records.invoice(args.invoice_id) if args.invoice_id else None
+        if record is None:
+            return not_performed(call, "unknown_invoice", f"payment_status needs the invoice it speaks of; "
+                                                          f"no invoice {args.invoice_id}")
+        truth = payment_records(self._db, self._gateway, call.task_id, record)
+        if truth.unreadable:
+            return not_performed(call, "records_unreadable", f"{truth.detail}; nothing was sent", retryable=True)
+        if not truth.allows(args.payment_status):
+            return _refused(call, "false_money_claim",
+                            f"payment_status {args.payment_status!r} for invoice {record.invoice.invoice_id} is "
+                            f"false; nothing was sent. The records show {truth.status or 'no one status'}: "
+                            f"{truth.detail}.",
+                            {"claimed": args.payment_status, "records_show": truth.status, "records": truth.rows})
+        return payment_sentence(args.payment_status, record.invoice.invoice_id, truth.paid)
 
     async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str,
                     statement: str | None = None) -> ToolResult:

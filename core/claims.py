@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-__all__ = ["REFUND_STATUSES", "NamedRefund", "RefundStatus", "Refunded", "compose", "money_in_text",
-           "money_sentence", "split_statement"]
+__all__ = ["REFUND_STATUSES", "NamedRefund", "Paid", "PaymentStatus", "RefundStatus", "Refunded", "compose",
+           "money_in_text", "money_sentence", "payment_sentence", "split_payment_statement", "split_statement"]
 
 RefundStatus = Literal["issued", "not_issued", "pending_review"]
 REFUND_STATUSES: tuple[str, ...] = ("issued", "not_issued", "pending_review")
@@ -125,3 +125,44 @@ def split_statement(body: str) -> tuple[str, tuple[RefundStatus, list[NamedRefun
     if match.group("porder"):
         return head, ("pending_review", [{"item_id": match.group("pitem")}])
     return head, ("not_issued", [{"item_id": match.group("nitem")}])
+
+
+PaymentStatus = Literal["paid", "not_paid", "pending_review"]
+
+
+@dataclass(frozen=True)
+class Paid:
+    """One supplier payment as the records hold it: the amount and the provider's reference."""
+
+    amount_cents: int
+    currency: str
+    provider_ref: str
+
+
+def payment_sentence(status: PaymentStatus, invoice_id: str, paid: Sequence[Paid] = ()) -> str:
+    """The money sentence the product writes for a checked payment status, from the records."""
+    if status == "paid":
+        return " ".join(f"Payment sent: {p.amount_cents / 100:.2f} {p.currency.upper()} for invoice {invoice_id}, "
+                        f"reference {p.provider_ref}." for p in paid)
+    if status == "pending_review":
+        return f"Payment pending review: the payment of invoice {invoice_id} waits for a decision; we will write again."
+    return f"No payment has been sent for invoice {invoice_id}."
+
+
+_PAYMENT_STATEMENT = re.compile(
+    r"^(?:(?:Payment sent: \d+\.\d{2} [A-Z]{3} for invoice \S+, reference \S+\.(?: |$))+"
+    r"|Payment pending review: the payment of invoice \S+ waits for a decision; we will write again\."
+    r"|No payment has been sent for invoice \S+\.)$")
+_SENT = re.compile(r"Payment sent: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for invoice (?P<invoice>\S+), "
+                   r"reference (?P<ref>[^\s,]+)\.")
+
+
+def split_payment_statement(body: str) -> tuple[str, tuple[PaymentStatus, list[Paid]] | None]:
+    """An email's body back into (free text, the product's payment statement and the payments it names)."""
+    head, sep, last = body.rpartition(SEPARATOR)
+    if not sep or _PAYMENT_STATEMENT.match(last) is None:
+        return body, None
+    if last.startswith("Payment sent"):
+        return head, ("paid", [Paid(round(float(m.group("amount")) * 100), m.group("currency").lower(), m.group("ref"))
+                               for m in _SENT.finditer(last)])
+    return head, ("pending_review" if last.startswith("Payment pending") else "not_paid", [])

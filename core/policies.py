@@ -28,21 +28,21 @@ def _bounded(first: timedelta, longest: timedelta, attempts: int) -> RetryPolicy
                        maximum_attempts=attempts, non_retryable_error_types=NON_RETRYABLE)
 
 
-# Backoff 0.25, 0.5, 1, 2, 4 s: the five retries span 7.75 s (it was 0.5 s first and four retries, 7.5 s).
+# Backoff 0.25, 0.5, 1, 2, 4 s: the five retries span 7.75 s.
 READ_POLICY = _bounded(timedelta(milliseconds=250), timedelta(seconds=10), 6)
 IDEMPOTENT_WRITE_POLICY = READ_POLICY
 # Ten attempts, close together: a paused worker's open activity polls (five by default) can each
 # swallow a retry that then times out (seen: attempts 3-7 of one call), and an attempt may only wait
 # out another's settle horizon (activities/effects.py) before the provider is asked again. The first
-# retry 0.25 s after a failure (it was 1 s): how many retries a paused worker swallows is bounded by
-# its open polls, not by time, so retrying sooner spends no more attempts on it than the five it can
-# take, and each swallowed one now costs a 1 s heartbeat timeout instead of 2 s. Waiting out a settle
-# horizon or a budget in flight sets its own delay (next_retry_delay), as before. Backoff 0.25, 0.5,
-# 1, 2, then 4 s: the nine retries span 23.75 s (they spanned 31 s), the window in which a provider
-# that cannot be read recovers before the last attempt answers `unknown` and a person decides.
+# retry 0.25 s after a failure: how many retries a paused worker swallows is bounded by its open
+# polls, not by time, so retrying sooner spends no more attempts on it than the five it can take, and
+# each swallowed one costs a 1 s heartbeat timeout. Waiting out a settle horizon or a budget in flight
+# sets its own delay (next_retry_delay). Backoff 0.25, 0.5, 1, 2, then 4 s: the nine retries span
+# 23.75 s, the window in which a provider that cannot be read recovers before the last attempt
+# answers `unknown` and a person decides.
 MONEY_POLICY = _bounded(timedelta(milliseconds=250), timedelta(seconds=4), 10)
 IRREVERSIBLE_POLICY = _bounded(timedelta(seconds=1), timedelta(seconds=10), 3)
-# Backoff 0.5, 1, 2, 4, 8 s: 15.5 s (it was 1 s first and four retries, 15 s). A provider's rate limit
+# Backoff 0.5, 1, 2, 4, 8 s: 15.5 s. A provider's rate limit
 # or overload sets the delay itself (Retry-After, activities/backends/_errors.py).
 MODEL_POLICY = _bounded(timedelta(milliseconds=500), timedelta(seconds=30), 6)
 
@@ -63,7 +63,7 @@ POLICY_BY_CLASS = {
 TOOL_START_TO_CLOSE = timedelta(seconds=60)
 # The SDK sends heartbeats at most every 0.8 x this, and the worker beats five times per timeout
 # (activities/interceptors.py), so a live worker's heartbeats arrive every 0.8 s and a stall of its
-# event loop up to 0.8 s is survived (it was 1.5 s with 2 s and a beat every 0.5 s). A longer
+# event loop up to 0.8 s is survived. A longer
 # stall times a live attempt out: its retry then waits for the live one's lease and settle horizon
 # (activities/effects.py), so it costs time and an attempt, never a second effect.
 TOOL_HEARTBEAT = timedelta(seconds=1)
@@ -71,3 +71,5 @@ MODEL_START_TO_CLOSE = timedelta(seconds=120)
 
 # Alerts, dead letters, human decisions on the ledger, the task's policy, a signature check.
 OPS_START_TO_CLOSE = timedelta(seconds=30)
+# A whole comparison of the ledger with the provider (it heartbeats as it pages through both).
+RECONCILE_START_TO_CLOSE = timedelta(minutes=10)

@@ -95,13 +95,30 @@ class SendPaymentArgs(_Money):
     amount_cents: Cents
 
 
+_PAYMENT_STATUS = ("What the email says about the invoice's payment: paid, not_paid or pending_review, checked "
+                   "against the records before it is sent (a false one is refused); null: it says nothing about money.")
+
+
 class SendEmailArgs(_Args):
     """`to` and `subject` become headers: a control character in `to` is refused, a subject's are
     written as spaces, so no CR LF ever starts a header of its own (core/headers.py)."""
 
     to: Annotated[str, StringConstraints(strip_whitespace=True, to_lower=True, pattern=r"^[^@\s]+@[^@\s]+$")]
-    subject: Text = Field(description="One line; line breaks and other control characters become spaces.")
-    body: Text
+    subject: Text = Field(description="One line, with no money facts; line breaks and other control characters "
+                                      "become spaces.")
+    body: Text = Field(description=_FREE_TEXT.replace("refund, paid", "payment, paid").replace(
+        "refund_status", "payment_status"))
+    payment_status: Literal["paid", "not_paid", "pending_review"] | None = Field(default=None,
+                                                                             description=_PAYMENT_STATUS)
+    invoice_id: Ident | None = Field(default=None, description="The invoice payment_status speaks of.")
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """Left out when not given, as for messages to an order's parties (`_ToParty.model_dump`)."""
+        data = super().model_dump(**kwargs)
+        for name in ("payment_status", "invoice_id"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @field_validator("to", mode="before")
     @classmethod

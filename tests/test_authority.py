@@ -187,7 +187,8 @@ async def test_4_a_payment_pays_only_its_invoice_to_its_payee_and_waits_over_its
         ("send_email", {"to": "someone@outside.example", "subject": "INV-9", "body": "paid"}),
         ("lookup_invoice", {"invoice_id": "INV-10"}),
         ("send_payment", {"invoice_id": "INV-9", "payee": "ACME", "amount_cents": 420000, "currency": "usd"}),
-        ("send_email", {"to": "AP@acme.example", "subject": "Remittance INV-9", "body": "paid"}),
+        ("send_email", {"to": "AP@acme.example", "subject": "INV-9", "body": "Thank you.", "payment_status": "paid",
+                        "invoice_id": "INV-9"}),
     )
     task = scenario_task("INV-9", script_calls=calls)
     async with running_worker(client, worker):

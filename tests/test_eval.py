@@ -100,7 +100,7 @@ def test_a_ledger_row_that_denies_a_provider_effect_fails():
 def test_a_second_payment_is_paying_twice():
     pay = {"id": "pi_one1", "amount_cents": 420000, "intent_key": "p1"}
     g = grade(INV, Observed(state="completed", payments=[pay, {**pay, "id": "pi_two2", "intent_key": "p2"}],
-                            ledger=[], messages=[{"recipient": "ap@acme.example", "kind": "email", "body": "Paid."}]),
+                            ledger=[], messages=[{"recipient": "ap@acme.example", "kind": "email", "body": "Thanks."}]),
               False)
     assert g.pays_twice
 

@@ -6,12 +6,18 @@ Judged on the outbox and the provider's refunds, never on the model's reply."""
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
 from temporalio.client import Client
 
 from activities.world import World
-from core.claims import money_in_text, split_statement
+from core.claims import Paid, money_in_text, split_payment_statement, split_statement
+from core.domain import Invoice
+from core.kinds import TaskKind
 from core.models import TaskInput
+from devstack.seed import seed_invoice
 from infra.settings import Settings
 from tests.helpers import finished, run, running_worker, start, waiting
 from tests.test_money_boundary import fresh_order, refund_call, refund_task, scripted
@@ -131,3 +137,46 @@ def test_free_text_with_money_facts_is_caught(text: str):
 def test_free_text_without_money_facts_passes(text: str):
     assert money_in_text(text) == [], text
 
+
+
+# --- a payee's remittance email: the same rule, for payments -------------------------------------
+
+
+def email(about: str, body: str, **fields) -> dict:
+    return {"name": "send_email", "arguments": json.dumps(
+        {"to": "ap@acme.example", "subject": f"{about} from Sundry", "body": body, **fields})}
+
+
+async def test_a_remittance_email_states_the_payment_only_as_the_records_show_it(client: Client,
+                                                                                settings: Settings, world: World):
+    """Before the payment: "paid" is refused (the records show not_paid); an amount in the free text or
+    a money word in the subject is refused; after it, "not_paid" is refused and the honest email is sent
+    with the product's sentence naming the provider's payment."""
+    invoice = Invoice(invoice_id=f"INV-{uuid.uuid4().hex[:6]}", payee="ACME", payee_email="ap@acme.example",
+                      amount_cents=42000)
+    seed_invoice(world.records, world.gateway, invoice)
+    iid = invoice.invoice_id
+    pay = {"name": "send_payment", "arguments": json.dumps(
+        {"invoice_id": iid, "payee": "ACME", "amount_cents": 42000, "currency": "usd"})}
+    calls = [
+        email(iid, "Thank you.", payment_status="paid", invoice_id=iid),
+        email(iid, "We sent 420.00 today."),
+        {"name": "send_email", "arguments": json.dumps({"to": "ap@acme.example", "subject": "Payment sent",
+                                                         "body": "Thank you."})},
+        pay,
+        email(iid, "Thank you for your work.", payment_status="not_paid", invoice_id=iid),
+        email(iid, "Thank you for your work!", payment_status="paid", invoice_id=iid),
+    ]
+    task = TaskInput(task_id=f"invoice-{iid}-{uuid.uuid4().hex[:6]}", scenario="INV-9",
+                     kind=TaskKind.SUPPLIER_PAYMENT, facts={"invoice_id": iid},
+                     brief=f"Accounts payable: invoice {iid} from ACME is approved. Pay it and email the remittance.",
+                     model_options={"script_calls": calls})
+    async with running_worker(client, settings):
+        result = await run(client, settings, task)
+    reasons = [s.reason for s in result.checkpoint.steps.values() if s.tool == "send_email"]
+    assert reasons == ["false_money_claim", "money_in_free_text", "money_in_free_text", "false_money_claim", None]
+    [payment] = world.payments(iid)
+    [sent] = world.messages(result.checkpoint.task_id)
+    text, statement = split_payment_statement(sent["body"])
+    assert text == "Thank you for your work!"
+    assert statement == ("paid", [Paid(42000, "usd", payment["id"])])

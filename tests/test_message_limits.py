@@ -281,16 +281,16 @@ async def test_crlf_and_bcc_in_an_email_subject_never_reach_the_outbox(
         client: Client, settings: Settings, world: World):
     task = invoice_inv_9().model_copy(update={"task_id": unique("invoice-crlf")})
     task = hostile(task, [
-        _call("send_email", to="ap@acme.example\r\n", subject="Remittance INV-9", body="Paid."),
-        _call("send_email", to="ap@acme.example", subject="Remittance INV-9\r\nBcc: x@evil.example",
-              body="Paid."),
+        _call("send_email", to="ap@acme.example\r\n", subject="About INV-9", body="Thank you."),
+        _call("send_email", to="ap@acme.example", subject="About INV-9\r\nBcc: x@evil.example",
+              body="Thank you."),
     ])
     async with running_worker(client, settings):
         result = await run(client, settings, task)
 
     [row] = world.messages(task.task_id)
     assert row["recipient"] == "ap@acme.example"
-    assert row["subject"] == "Remittance INV-9 Bcc: x@evil.example"
+    assert row["subject"] == "About INV-9 Bcc: x@evil.example"
     for message in world.messages(task.task_id):
         assert not any(c in (message["subject"] or "") + message["recipient"] for c in "\r\n")
     first, second = steps_of(result, "send_email")

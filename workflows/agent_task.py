@@ -167,7 +167,7 @@ class AgentTaskWorkflow:
             raise
         except FailureError as err:
             # A local activity's last failure arrives as its own error (ApplicationError, TimeoutError, ...),
-            # not wrapped in an ActivityError; before this patch it failed the workflow.
+            # not wrapped in an ActivityError; runs recorded before this patch failed the workflow here.
             if not workflow.patched(_POLICY_FAILURE):
                 raise
             raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None

@@ -12,10 +12,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.claims import money_in_text, split_statement
+from core.claims import money_in_text, split_payment_statement, split_statement
 from devstack.eval.tickets import Expect, Ticket
 
-__all__ = ["Check", "Grade", "Observed", "claims_problems", "grade", "message_problems"]
+__all__ = ["Check", "Grade", "Observed", "claims_problems", "email_problems", "grade", "message_problems"]
 
 SETTLED = ("completed", "awaiting_human", "dead_lettered", "cancelled")
 ESCALATED = ("awaiting_human", "dead_lettered")
@@ -193,9 +193,9 @@ def _messages(ticket: Ticket, seen: Observed, exact: bool) -> Check:
 
 def _truth(ticket: Ticket, seen: Observed) -> Check:
     """What people were told and what the reply says, against the records. A message to the order's
-    customer or seller is graded by the rule its tool enforces (core/claims.py): its free text states no
-    money fact, and the product's money sentence agrees with the provider. Other texts (a payee's
-    remittance, the final answer) by `claims_problems`. A message the tool refused as a false money
+    customer or seller, and an email to a payee, is graded by the rule its tool enforces (core/claims.py):
+    its free text (and subject) states no money fact, and the product's money sentence agrees with the
+    provider. The final answer by `claims_problems`. A message the tool refused as a false money
     claim is a false claim the agent tried to make."""
     effects = [*seen.refunds, *seen.payments]
     parties = {ticket.recipient("customer"), ticket.recipient("seller")} if ticket.order is not None else set()
@@ -208,16 +208,45 @@ def _truth(ticket: Ticket, seen: Observed) -> Check:
         source = f"message to {m['recipient']}"
         if m["recipient"] in parties:
             problems += message_problems(source, m["body"], seen.refunds, seen.ledger)
+        elif m.get("kind") == "email":
+            problems += email_problems(source, m.get("subject") or "", m["body"], seen.payments, seen.ledger)
         else:
             problems += claims_problems(source, m["body"], effects)
     for attempt in seen.refused:
         if attempt.get("reason") == "false_money_claim":
-            problems.append(f"{attempt['tool']} tried to say refund_status {attempt.get('refund_status')!r} "
-                            f"({attempt.get('message', '')!r}); refused by the tool as false")
+            field = "payment_status" if attempt.get("payment_status") else "refund_status"
+            problems.append(f"{attempt['tool']} tried to say {field} {attempt.get(field)!r} "
+                            f"({attempt.get('message') or attempt.get('body', '')!r}); refused by the tool as false")
     if seen.final_answer:
         texts += 1
         problems += claims_problems("final answer", seen.final_answer, effects)
     return Check(not problems, "false" if problems else ("true" if texts else "silent"), "; ".join(problems))
+
+
+def email_problems(source: str, subject: str, body: str, payments: list[dict[str, Any]],
+                   ledger: list[dict[str, Any]]) -> list[str]:
+    """What is false in an email to a payee: money facts in its subject or free text, and a payment
+    sentence the provider's payments (and, for pending review, the ledger) contradict."""
+    text, statement = split_payment_statement(body)
+    problems = [f'{source} states money in its subject or free text ({", ".join(found[:4])}): "{text.strip()[:200]}"'
+                for found in [money_in_text(f"{subject}\n{text}")] if found]
+    if statement is None:
+        return problems
+    status, named = statement
+    landed = {p["id"]: p for p in payments if p.get("status", "succeeded") == "succeeded"}
+    if status == "paid":
+        for claim in named:
+            held = landed.get(claim.provider_ref)
+            if held is None or held["amount_cents"] != claim.amount_cents:
+                problems.append(f"{source} says payment {claim.provider_ref} of {claim.amount_cents / 100:.2f} was "
+                                f"sent; the provider holds {[(p['id'], p['amount_cents']) for p in landed.values()]}")
+        if not named:
+            problems.append(f"{source} says a payment was sent and names none")
+    elif status == "not_paid" and landed:
+        problems.append(f"{source} says no payment was sent; the provider holds {list(landed)}")
+    elif status == "pending_review" and not [r for r in ledger if r.get("status") in ("intent", "unknown")]:
+        problems.append(f"{source} says a payment is pending review; the ledger holds none in flight or in doubt")
+    return problems
 
 
 def message_problems(source: str, body: str, refunds: list[dict[str, Any]], ledger: list[dict[str, Any]]) -> list[str]:

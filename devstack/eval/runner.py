@@ -278,7 +278,7 @@ def _refused(cp: Checkpoint | None) -> list[dict[str, Any]]:
     if cp is None:
         return []
     return [{"tool": step.tool, "reason": step.reason, **step.arguments} for step in cp.steps.values()
-            if step.tool in ("notify_customer", "message_seller") and step.reason in _REFUSALS]
+            if step.tool in ("notify_customer", "message_seller", "send_email") and step.reason in _REFUSALS]
 
 
 def _stopped(pid: int | None) -> bool:
