@@ -25,7 +25,7 @@ from typing import Any
 
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, describe
-from activities.payments import KEY_FIELD, StripeGateway
+from activities.payments import StripeGateway, intent_key_of, metadata_of
 from activities.records import InvoiceRecord, OrderRecord
 from core.claims import Paid, PaymentStatus, Refunded, RefundStatus
 
@@ -115,16 +115,13 @@ def refund_records(db: Database, gateway: StripeGateway, task_id: str, record: O
                    item_id: str | None) -> RefundTruth:
     """`refund_truth` with the provider's refunds of the order read now; `unreadable` when they cannot be."""
     try:
-        provider = [ProviderRefund(r.id, r.amount, r.status, _metadata(r).get("task_id"), _metadata(r).get("item_id"),
-                                   _metadata(r).get(KEY_FIELD)) for r in gateway.refunds(record.payment_intent_id)]
+        provider = [ProviderRefund(r.id, r.amount, r.status, metadata_of(r).get("task_id"),
+                                   metadata_of(r).get("item_id"), intent_key_of(r))
+                    for r in gateway.refunds(record.payment_intent_id)]
     except PROVIDER_ERRORS as err:
         return RefundTruth(None, f"the provider's refunds cannot be read now ({describe(err)})", unreadable=True)
     order = record.order
     return refund_truth(db, task_id, order.order_id, item_id, order.currency, provider)
-
-
-def _metadata(obj: Any) -> dict[str, str]:
-    return obj.metadata.to_dict() if obj.metadata is not None else {}
 
 
 @dataclass
@@ -159,7 +156,7 @@ def payment_records(db: Database, gateway: StripeGateway, task_id: str, record: 
             if json.loads(r["arguments"] or "{}").get("invoice_id") == invoice.invoice_id]
     try:
         held = {p.id: p for p in gateway.payments_to(record.customer_ref)
-                if _metadata(p).get("invoice_id") == invoice.invoice_id and p.status == "succeeded"}
+                if metadata_of(p).get("invoice_id") == invoice.invoice_id and p.status == "succeeded"}
     except PROVIDER_ERRORS as err:
         return PaymentTruth(None, f"the provider's payments cannot be read now ({describe(err)})", unreadable=True)
     shown = "; ".join(f"{r['status']}" + (f" {r['amount_cents'] / 100:.2f} as {r['provider_ref']}"

@@ -143,7 +143,7 @@ class StripeGateway:
         return list(page.auto_paging_iter())
 
     def find_refund(self, payment_intent_id: str, key: str) -> Any | None:
-        return next((r for r in self.refunds(payment_intent_id) if _key_of(r) == key), None)
+        return next((r for r in self.refunds(payment_intent_id) if intent_key_of(r) == key), None)
 
     def refunded_cents(self, payment_intent_id: str) -> int:
         return sum(r.amount for r in self.refunds(payment_intent_id) if r.status in ("succeeded", "pending"))
@@ -195,6 +195,11 @@ def never_sent(error: Exception) -> bool:
         reason, urllib3.exceptions.NewConnectionError)
 
 
-def _key_of(obj: Any) -> str | None:
-    metadata = obj.metadata.to_dict() if obj.metadata is not None else {}
-    return metadata.get(KEY_FIELD)
+def metadata_of(obj: Any) -> dict[str, str]:
+    """A provider object's metadata (a refund's, a payment's), empty when it has none."""
+    return obj.metadata.to_dict() if obj.metadata is not None else {}
+
+
+def intent_key_of(obj: Any) -> str | None:
+    """The intent key our request wrote into a provider object's metadata: the one reader of it."""
+    return metadata_of(obj).get(KEY_FIELD)

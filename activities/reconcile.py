@@ -12,7 +12,7 @@ from temporalio import activity
 
 from activities.db import Database
 from activities.ledger import EffectLedger
-from activities.payments import KEY_FIELD, StripeGateway
+from activities.payments import StripeGateway, intent_key_of
 from core.models import Finding, ReconcileInput, ReconcileReport
 
 MONEY_TOOLS = ("issue_refund", "send_payment")
@@ -37,7 +37,7 @@ class ReconcileActivities:
             payees = {r["customer_ref"] for r in conn.execute("SELECT customer_ref FROM invoices").fetchall()}
         effects = [r for pi in intents for r in self._gateway.refunds(pi)]
         for payee in payees:
-            effects += [p for p in self._gateway.payments_to(payee) if p.metadata and KEY_FIELD in p.metadata]
+            effects += [p for p in self._gateway.payments_to(payee) if intent_key_of(p) is not None]
         return effects
 
     def _reconcile(self, request: ReconcileInput) -> ReconcileReport:
@@ -45,7 +45,7 @@ class ReconcileActivities:
         rows = [e for e in EffectLedger(self._db).all() if e.tool in MONEY_TOOLS]
         by_key: dict[str | None, list[Any]] = defaultdict(list)
         for effect in effects:
-            by_key[(effect.metadata.to_dict() if effect.metadata else {}).get(KEY_FIELD)].append(effect)
+            by_key[intent_key_of(effect)].append(effect)
         ledger = {row.intent_key: row for row in rows}
         provider_ids = {e.id for e in effects}
         findings: list[Finding] = []

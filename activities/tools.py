@@ -20,7 +20,7 @@ from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
 from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
-from activities.payments import KEY_FIELD, StripeGateway
+from activities.payments import KEY_FIELD, StripeGateway, intent_key_of, metadata_of
 from activities.records import (
     MessageLimits,
     OrderRecord,
@@ -141,7 +141,7 @@ class ToolActivities:
             return _read_error(call, "unknown_order", f"no order {args.order_id}")
         refunds = [r for r in self._gateway.refunds(record.payment_intent_id) if r.status in ("succeeded", "pending")]
         order = record.order
-        by_item = {i.item_id: sum(r.amount for r in refunds if _metadata(r).get("item_id") == i.item_id)
+        by_item = {i.item_id: sum(r.amount for r in refunds if metadata_of(r).get("item_id") == i.item_id)
                    for i in order.items}
         refunded = sum(r.amount for r in refunds)
         return ToolResult(tool=call.tool, attempt=attempt_number(), data={
@@ -278,7 +278,7 @@ class ToolActivities:
 
     def _payments_of(self, invoice_id: str, payee_ref: str) -> Callable[[], list[ProviderEffect]]:
         return lambda: [_payment_effect(p) for p in self._gateway.payments_to(payee_ref)
-                        if _metadata(p).get("invoice_id") == invoice_id]
+                        if metadata_of(p).get("invoice_id") == invoice_id]
 
     # --- writes to people and records --------------------------------------------------
 
@@ -466,18 +466,14 @@ def _narrowest(*ceilings: int | None) -> int | None:
     return min((c for c in ceilings if c is not None), default=None)
 
 
-def _metadata(obj: Any) -> dict[str, str]:
-    return obj.metadata.to_dict() if obj.metadata is not None else {}
-
-
 def _refund_effect(refund: Any, order_id: str) -> ProviderEffect:
-    item_id = _metadata(refund).get("item_id")
+    item_id = metadata_of(refund).get("item_id")
     resources = (item_resource(order_id, item_id), order_resource(order_id)) if item_id else (order_resource(order_id),)
-    return ProviderEffect(ref=refund.id, amount_cents=refund.amount, intent_key=_metadata(refund).get(KEY_FIELD),
+    return ProviderEffect(ref=refund.id, amount_cents=refund.amount, intent_key=intent_key_of(refund),
                           resources=resources, status=refund.status)
 
 
 def _payment_effect(payment: Any) -> ProviderEffect:
-    invoice_id = _metadata(payment).get("invoice_id")
-    return ProviderEffect(ref=payment.id, amount_cents=payment.amount, intent_key=_metadata(payment).get(KEY_FIELD),
+    invoice_id = metadata_of(payment).get("invoice_id")
+    return ProviderEffect(ref=payment.id, amount_cents=payment.amount, intent_key=intent_key_of(payment),
                           resources=(invoice_resource(invoice_id),) if invoice_id else (), status=payment.status)

@@ -7,7 +7,7 @@ from typing import Any
 
 from activities.db import Database
 from activities.ledger import EffectLedger
-from activities.payments import KEY_FIELD, StripeGateway
+from activities.payments import StripeGateway, intent_key_of, metadata_of
 from activities.records import Records
 
 
@@ -22,8 +22,8 @@ class World:
         if record is None:
             return []
         return [{"id": r.id, "amount_cents": r.amount, "status": r.status,
-                 "intent_key": r.metadata.to_dict().get(KEY_FIELD), "item_id": r.metadata.to_dict().get("item_id"),
-                 "task_id": r.metadata.to_dict().get("task_id")}
+                 "intent_key": intent_key_of(r), "item_id": metadata_of(r).get("item_id"),
+                 "task_id": metadata_of(r).get("task_id")}
                 for r in self.gateway.refunds(record.payment_intent_id)]
 
     def payments(self, invoice_id: str) -> list[dict[str, Any]]:
@@ -31,9 +31,9 @@ class World:
         if record is None:
             return []
         return [{"id": p.id, "amount_cents": p.amount, "status": p.status,
-                 "intent_key": p.metadata.to_dict().get(KEY_FIELD)}
+                 "intent_key": intent_key_of(p)}
                 for p in self.gateway.payments_to(record.customer_ref)
-                if p.metadata.to_dict().get("invoice_id") == invoice_id]
+                if metadata_of(p).get("invoice_id") == invoice_id]
 
     def messages(self, task_id: str) -> list[dict[str, Any]]:
         return [asdict(m) for m in self.records.messages(task_id)]
