@@ -44,6 +44,7 @@ from activities.ledger import (
     Effect,
     EffectLedger,
     Hold,
+    HumanWord,
     NeedsApproval,
     OverBudget,
     Request,
@@ -185,11 +186,11 @@ class Effects:
                 log.warning("human decision refused", extra={"intent_key": settle.intent_key, "why": why})
                 return SettleVerdict(applied=False, why=why)
             found = next((r for r in records if r.ref == settle.provider_ref), None)
-        effect = self._ledger.decided(
-            settle.intent_key, ("intent", "unknown", "not_performed"), settle.status, settle.provider_ref,
-            found.amount_cents if found else None,
+        effect = self._ledger.decided(HumanWord(
+            settle.intent_key, settle.status, settle.provider_ref, found.amount_cents if found else None,
             {"decided_by": settle.decided_by, "note": settle.note[:500], "source": "human"},
-            settle.task_id, settle.tool, settle.arguments, f"human:{settle.decided_by}")
+            settle.task_id, settle.tool, settle.arguments, f"human:{settle.decided_by}"),
+            expected=("intent", "unknown", "not_performed"))
         if effect.status != settle.status and settle.status == "not_performed" and effect.horizon > time.time():
             return SettleVerdict(applied=False, why=f"a request of this intent may still land until "
                                                     f"{_clock(effect.horizon)}: nothing is decided before then")

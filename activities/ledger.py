@@ -86,6 +86,21 @@ class Request:
 
 
 @dataclass(frozen=True)
+class HumanWord:
+    """A person's verified decision on an intent, as the ledger records it."""
+
+    intent_key: str
+    status: str
+    ref: str | None
+    amount_cents: int | None
+    detail: dict[str, Any]
+    task_id: str
+    tool: str
+    arguments: dict[str, Any]
+    owner: str
+
+
+@dataclass(frozen=True)
 class Claimed:
     """This attempt holds the intent under `fence` and may send until `effect.lease_until`."""
 
@@ -286,10 +301,11 @@ class EffectLedger:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
-    def decided(self, key: str, expected: tuple[str, ...], status: str, ref: str | None, amount: int | None,
-                detail: dict[str, Any], task_id: str, tool: str, arguments: dict[str, Any], owner: str) -> Effect:
+    def decided(self, word: HumanWord, expected: tuple[str, ...]) -> Effect:
         """A human's verified word on an intent; only from the `expected` states (performed is final), and
         "not performed" only once no earlier request of the intent can land (its horizon has passed)."""
+        key, status, ref, amount, owner = word.intent_key, word.status, word.ref, word.amount_cents, word.owner
+        detail = word.detail
         now = time.time()
         with self._db.connect() as conn:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock,
@@ -299,7 +315,8 @@ class EffectLedger:
                     "INSERT INTO effects (intent_key, task_id, tool, arguments, status, owner, attempt, fence,"
                     " provider_ref, amount_cents, detail, created_at, updated_at) VALUES (:key, :task, :tool, :args,"
                     " :status, :owner, 0, 1, :ref, :amount, :detail, :now, :now)",
-                    {"key": key, "task": task_id, "tool": tool, "args": json.dumps(arguments, sort_keys=True),
+                    {"key": key, "task": word.task_id, "tool": word.tool,
+                     "args": json.dumps(word.arguments, sort_keys=True),
                      "status": status, "owner": owner, "ref": ref, "amount": amount,
                      "detail": json.dumps(detail, sort_keys=True), "now": now})
             elif row["status"] in expected and not (status == "not_performed" and row["horizon"] > now):

@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from activities.db import Database
-from activities.ledger import Claimed, EffectLedger, Hold, Request
+from activities.ledger import Claimed, EffectLedger, Hold, HumanWord, Request
 from activities.payments import NotSent, StripeGateway, send_before
 from activities.tools import ToolActivities
 from activities.world import World
@@ -103,8 +103,8 @@ def test_the_ledger_keeps_not_performed_from_a_person_until_the_horizon(settings
                                  lease_until=now + 2, horizon=now + 60), now)
     assert isinstance(claim, Claimed)
     ledger.unknown(claim.effect, {"reason": "unverified"})
-    early = ledger.decided("k-horizon", ("intent", "unknown", "not_performed"), "not_performed", None, None, {},
-                           "t", "issue_refund", {}, "human:alice")
+    early = ledger.decided(HumanWord("k-horizon", "not_performed", None, None, {}, "t", "issue_refund", {},
+                                     "human:alice"), expected=("intent", "unknown", "not_performed"))
     assert early.status == "unknown" and early.horizon == claim.effect.horizon
     assert ledger.claim(Request(intent_key="k-horizon", task_id="t", tool="issue_refund", arguments={}, owner="b",
                                 attempt=2, amount_cents=100, holds=(Hold("item:O/i", 100, 100),),
