@@ -12,6 +12,7 @@ from typing import Any
 
 import stripe
 from temporalio import activity
+from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -71,7 +72,13 @@ async def check_search_attributes(client: Client, namespace: str) -> None:
     missing = [name for name in SEARCH_ATTRIBUTES if name not in listed.custom_attributes]
     if missing:
         fail(f"namespace {namespace} lacks search attributes {', '.join(missing)}; register them with "
-             + " && ".join(f"temporal operator search-attribute create --name {n} --type Keyword" for n in missing))
+             + " && ".join(f"temporal operator search-attribute create --name {n} --type {SEARCH_ATTRIBUTES[n]}"
+                           for n in missing))
+    mistyped = [f"{name} is {IndexedValueType.Name(listed.custom_attributes[name]).removeprefix('INDEXED_VALUE_TYPE_')}"
+                f", not {kind}" for name, kind in SEARCH_ATTRIBUTES.items()
+                if listed.custom_attributes[name] != IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{kind.upper()}")]
+    if mistyped:
+        fail(f"namespace {namespace}: search attribute {'; '.join(mistyped)}: every task that upserts it would fail")
 
 
 def model_backend(settings: Settings) -> ModelBackend:

@@ -9,11 +9,21 @@ MODEL_TURN_ACTIVITY = "model_turn"
 STATUS_ATTR = SearchAttributeKey.for_keyword("AgentStatus")
 SCENARIO_ATTR = SearchAttributeKey.for_keyword("AgentScenario")
 ESCALATION_ATTR = SearchAttributeKey.for_keyword("AgentEscalation")
+# Set while a task waits for a person (and kept if that wait makes it a dead letter), unset otherwise:
+# columns for the Web UI's list of waiting tasks (and of dead letters).
+WAIT_REASON_ATTR = SearchAttributeKey.for_keyword("AgentWaitReason")  # "approval_required: issue_refund"
+AMOUNT_ATTR = SearchAttributeKey.for_int("AgentAmountCents")  # the waiting call's amount_cents, if it has one
+DEADLINE_ATTR = SearchAttributeKey.for_datetime("AgentDeadline")  # when the wait becomes a dead letter
 
+# Name -> type, as `temporal operator search-attribute create --type` and the dev server's
+# `--search-attribute NAME=TYPE` spell it.
 SEARCH_ATTRIBUTES = {
     "AgentStatus": "Keyword",
     "AgentScenario": "Keyword",
     "AgentEscalation": "Keyword",
+    "AgentWaitReason": "Keyword",
+    "AgentAmountCents": "Int",
+    "AgentDeadline": "Datetime",
 }
 
 

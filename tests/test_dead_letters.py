@@ -20,7 +20,7 @@ from activities.operations import alerts, dead_letters
 from activities.world import World
 from client import redrive
 from core.models import Outcome
-from core.names import SEARCH_ATTRIBUTES
+from core.names import AMOUNT_ATTR, DEADLINE_ATTR, SEARCH_ATTRIBUTES, WAIT_REASON_ATTR
 from devstack.edge_control import EdgeControl, preset
 from infra.settings import Settings
 from tests.helpers import finished, running_worker, scenario_task, start
@@ -34,7 +34,8 @@ async def skipping() -> WorkflowEnvironment:
                                                         data_converter=pydantic_data_converter)
     await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
         namespace=env.client.namespace,
-        search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES}))
+        search_attributes={name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{kind.upper()}")
+                           for name, kind in SEARCH_ATTRIBUTES.items()}))
     yield env
     await env.shutdown()
 
@@ -57,6 +58,9 @@ async def test_unanswered_escalation_becomes_a_dead_letter_and_redrive_pays_noth
         assert letter["checkpoint"]["state"] == "dead_lettered"
         assert letter["checkpoint"]["steps"]["issue_refund"]["status"] == "unknown"
         assert [a["kind"] for a in alerts(db, task.task_id)] == ["escalation", "dead_letter"]
+        attrs = (await handle.describe()).typed_search_attributes  # the wait nobody answered, kept
+        assert attrs.get(WAIT_REASON_ATTR) == "unknown_outcome: issue_refund" and attrs.get(AMOUNT_ATTR) == 11800
+        assert attrs.get(DEADLINE_ATTR) is not None
         edge.configure("passthrough")
         assert len(world.refunds("SU-88421")) == 1, "the refund did happen; only its outcome was unknown"
 

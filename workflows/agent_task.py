@@ -11,13 +11,14 @@ alerted dead letter. Whatever a sender sends is answered or recorded, never rais
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from temporalio import workflow
-from temporalio.common import RawValue
+from temporalio.common import RawValue, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
@@ -78,6 +79,27 @@ ALLOWED: dict[EscalationReason, list[Decision]] = {
 _READ_STEPS_KEPT = 20
 _UNUSABLE = ("unknown_tool", "not_offered", "invalid_arguments", "malformed_arguments", "out_of_scope")
 _MAX_VERIFYING = 4  # signature checks in flight at once; more are refused, so a flood cannot queue work
+# What the Web UI shows beside the names in its Send a Signal and Update pickers.
+_RESOLVE_HELP = ("A person's signed decision on the call this task waits for: the JSON that starter.py sign "
+                 "prints (Current details, in the User Metadata tab, give the command).")
+_DECIDE_HELP = "The same signed decision as the `resolve` signal, answered: applied, or why not."
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+
+
+def _raw_payloads(handler: _Handler) -> _Handler:
+    """A named handler that gets each payload as it came (a RawValue), like a dynamic handler.
+
+    The SDK decodes a named handler's payloads before any of its code runs, with the types its
+    signature declares; a payload that does not decode would drop the signal, or fail the Update,
+    unrecorded. So the SDK is shown a signature of one RawValue: one payload, whatever it holds,
+    arrives undecoded and is read inside the handler's guard (`read_decision`). The handler itself
+    takes `*args`: no payload arrives as none, and two or more arrive decoded without types (the
+    SDK's rule when their count differs from the signature's), to be recorded as the wrong count."""
+    parameters = list(inspect.signature(handler).parameters.values())[:1]  # self
+    one = inspect.Parameter("payload", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=RawValue)
+    handler.__signature__ = inspect.Signature([*parameters, one])  # type: ignore[attr-defined]
+    handler.__annotations__ = {"payload": RawValue, "return": handler.__annotations__.get("return")}
+    return handler
 
 
 class _Stop(Exception):
@@ -99,6 +121,7 @@ class AgentTaskWorkflow:
         self._unusable = 0
         self._lean = workflow.patched(_LEAN)
         self._boundary = workflow.patched(_BOUNDARY)
+        self._wait_attrs = workflow.patched(_WAIT_ATTRIBUTES)
         self._answers: list[tuple[ResolveInput, DecisionRecord]] = []  # what `decide` Updates answer
         self._alerts: list[asyncio.Future[None]] = []  # escalation alerts still being delivered
         carry = task.carry
@@ -547,25 +570,58 @@ class AgentTaskWorkflow:
         self._set_state("running")
         return decision
 
+    @workflow.signal(name="resolve", description=_RESOLVE_HELP)
+    @_raw_payloads
+    async def resolve(self, *args: Any) -> None:
+        """A person's decision, from the Web UI or `temporal workflow signal`. A decision of any shape
+        or size is recorded in the checkpoint; only a valid signed one changes anything."""
+        await self._consider("signal", args)
+
     @workflow.signal(dynamic=True)
     async def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """`resolve` from the Web UI or `temporal workflow signal`. Any other signal, and a `resolve`
-        of any shape or size, is recorded in the checkpoint and changes nothing."""
-        if name != "resolve":
-            self._log_decision("signal", "ignored", f"no signal named {name[:64]!r}; decisions go to `resolve`")
+        """Any other signal is recorded in the checkpoint and changes nothing."""
+        self._log_decision("signal", "ignored", f"no signal named {name[:64]!r}; decisions go to `resolve`")
+
+    @workflow.update(name="decide", description=_DECIDE_HELP)
+    @_raw_payloads
+    async def decide(self, *args: Any) -> DecisionReceipt:
+        """The same decision for callers that need an answer. A decision that does not apply is
+        recorded too, and the caller gets why as the Update's failure."""
+        self._updates += 1
+        return await self._receipt(await self._consider("update", args))
+
+    @decide.validator
+    @_raw_payloads  # the SDK requires the validator's parameters to be the handler's
+    def _admit_decision(self, *args: Any) -> None:
+        """Refuse, before anything is written to the history, a decision the workflow can tell alone
+        will not apply: an unreadable payload, one the screen refuses. The sender gets why; the
+        history and the server's Updates per run are spent only on decisions whose signature is
+        worth checking."""
+        if not self._boundary:
             return
-        await self._consider("signal", args)
+        if len(args) != 1:
+            raise ValueError(f"a decision is one JSON object; got {len(args)} arguments")
+        parsed = read_decision(args[0].payload.data)
+        if isinstance(parsed, str):
+            raise ValueError(parsed)
+        problem = self._screen(parsed)
+        if problem is not None:
+            raise ValueError(f"decision {problem[0]}: {problem[1]}")
 
     @workflow.update(dynamic=True)
     async def on_update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
-        """`decide`: the same decision for callers that need an answer. A decision that does not apply
-        is recorded too, and the caller gets why as the Update's failure."""
+        """Any other Update is recorded too (when it gets past the validator) and refused."""
         self._updates += 1
-        if name != "decide":
-            record = self._log_decision("update", "ignored", f"no update named {name[:64]!r}; decisions go to "
-                                                             "`decide`")
-        else:
-            record = await self._consider("update", args)
+        record = self._log_decision("update", "ignored", f"no update named {name[:64]!r}; decisions go to `decide`")
+        return await self._receipt(record)
+
+    @on_update.validator
+    def _admit_update(self, name: str, args: Sequence[RawValue]) -> None:
+        if self._boundary:
+            raise ValueError(f"no update named {name[:64]!r}; decisions go to `decide`")
+
+    async def _receipt(self, record: DecisionRecord) -> DecisionReceipt:
+        """What a `decide` Update answers: the decision once it is applied (or the task ended), else why not."""
         if record.status != "applied" or record.decision is None:
             raise ApplicationError(f"decision {record.status}: {record.why}", type="DecisionNotApplied",
                                    non_retryable=True)
@@ -581,25 +637,6 @@ class AgentTaskWorkflow:
             await workflow.wait_condition(lambda: self._decision is not decision)
         return DecisionReceipt(intent_key=decision.intent_key, decision=decision.decision,
                                decided_by=decision.decided_by, state=self._checkpoint.state)
-
-    @on_update.validator
-    def _admit_update(self, name: str, args: Sequence[RawValue]) -> None:
-        """Refuse, before anything is written to the history, an Update that the workflow can tell
-        alone will not apply: another name, an unreadable payload, a decision the screen refuses.
-        The sender gets why; the history and the server's Updates per run are spent only on
-        decisions whose signature is worth checking."""
-        if not self._boundary:
-            return
-        if name != "decide":
-            raise ValueError(f"no update named {name[:64]!r}; decisions go to `decide`")
-        if len(args) != 1:
-            raise ValueError(f"a decision is one JSON object; got {len(args)} arguments")
-        parsed = read_decision(args[0].payload.data)
-        if isinstance(parsed, str):
-            raise ValueError(parsed)
-        problem = self._screen(parsed)
-        if problem is not None:
-            raise ValueError(f"decision {problem[0]}: {problem[1]}")
 
     async def _consider(self, via: DecisionVia, args: Sequence[RawValue]) -> DecisionRecord:
         """Read, screen and verify one decision; apply it if it holds. Never raises."""
@@ -759,17 +796,35 @@ class AgentTaskWorkflow:
 
     def _set_state(self, state: TaskState, escalation: str | None = None) -> None:
         self._checkpoint.state = state
-        updates = [
+        updates: list[SearchAttributeUpdate[Any]] = [
             names.STATUS_ATTR.value_set(state),
             names.SCENARIO_ATTR.value_set(self._checkpoint.scenario),
             names.ESCALATION_ATTR.value_set(escalation) if escalation else names.ESCALATION_ATTR.value_unset(),
         ]
+        if self._wait_attrs:
+            updates += self._wait_attributes(state)
         if self._lean:  # only what changed (the starter sets status and scenario with the start)
             current = workflow.info().typed_search_attributes
             updates = [u for u in updates if current.get(u.key) != u.value]
         if updates:
             workflow.upsert_search_attributes(updates)
         self._touch()
+
+    def _wait_attributes(self, state: TaskState) -> list[SearchAttributeUpdate[Any]]:
+        """While the task waits for a person: why, the amount at stake and the deadline, for the Web
+        UI's list to show as columns. Kept when the task ends as a dead letter (the wait nobody
+        answered, if that is how it died: AgentEscalation says so too); unset in every other state."""
+        if state == "dead_lettered":
+            return []
+        wait = self._checkpoint.waiting_for if state == "awaiting_human" else None
+        if wait is None:
+            return [names.WAIT_REASON_ATTR.value_unset(), names.AMOUNT_ATTR.value_unset(),
+                    names.DEADLINE_ATTR.value_unset()]
+        amount = wait.arguments.get("amount_cents")
+        at_stake = amount if isinstance(amount, int) and not isinstance(amount, bool) and 0 <= amount < 2**63 else None
+        return [names.WAIT_REASON_ATTR.value_set(f"{wait.reason}: {wait.tool}"),
+                names.AMOUNT_ATTR.value_set(at_stake) if at_stake is not None else names.AMOUNT_ATTR.value_unset(),
+                names.DEADLINE_ATTR.value_set(_parse_iso(wait.deadline))]
 
     def _touch(self) -> None:
         self._checkpoint.updated_at = _iso(workflow.now())
@@ -786,6 +841,9 @@ _POLICY_FAILURE = "policy-failure-dead-letters"
 # Since this change the world (ledger and provider) is read before a person is asked about a keyed call
 # and before a decision that rests on it is kept (`_read_world`); a task's own ceiling goes to the tool.
 _BOUNDARY = "human-boundary"
+# Since this change a waiting task's reason, amount and deadline are search attributes
+# (AgentWaitReason, AgentAmountCents, AgentDeadline), unset when it stops waiting but for a dead letter.
+_WAIT_ATTRIBUTES = "wait-search-attributes"
 _ANSWERS_KEPT = 8
 _UPDATES_PER_RUN = 1000  # the server refuses Updates past 2,000 per run (limit.workflowExecution.maxTotalUpdates)
 _ENDED = ("completed", "dead_lettered", "cancelled")
