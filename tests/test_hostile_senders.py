@@ -20,6 +20,7 @@ import random
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -136,6 +137,28 @@ def _message(rng: random.Random, task_id: str, key: str) -> Message:
     return Message(via, name, args)
 
 
+async def _where(handles: list[WorkflowHandle], sent: dict[str, int]) -> list[str]:
+    """Per task: messages delivered and recorded, its runs, and the last workflow task failure."""
+    lines = []
+    for handle in handles:
+        try:
+            cp = await checkpoint(handle)
+        except RPCError as err:
+            cp = None
+            why = err.message
+        history = await handle.fetch_history()
+        Path(f"/tmp/hostile-{handle.id}.json").write_text(history.to_json())
+        if cp is None:
+            lines.append(f"{handle.id}: delivered {sent[handle.id]}, query failed: {why}")
+            continue
+        failed = [e.workflow_task_failed_event_attributes.failure.message for e in history.events
+                  if e.HasField("workflow_task_failed_event_attributes")]
+        lines.append(f"{handle.id}: delivered {sent[handle.id]}, recorded {sum(cp.decision_counts.values())} "
+                     f"{cp.decision_counts}, state {cp.state}, run events {len(history.events)}, "
+                     f"workflow task failures {len(failed)}: {failed[-1:]}")
+    return lines
+
+
 async def _send(handle: WorkflowHandle, message: Message) -> str:
     """`recorded` for a signal accepted by the server; for an Update, how the task answered it
     (`answered`: refused by its validator, before the history; `refused`: recorded, then refused);
@@ -180,7 +203,10 @@ async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_noth
         async def all_recorded():
             cps = [await checkpoint(h) for h in handles]
             return cps if all(sum(cp.decision_counts.values()) >= sent[cp.task_id] for cp in cps) else None
-        cps = await wait_for(all_recorded, "every message to be recorded", 300)
+        try:
+            cps = await wait_for(all_recorded, "every message to be recorded", 300)
+        except TimeoutError as err:
+            raise AssertionError(f"seed {SEED}: {await _where(handles, sent)}") from err
 
         updates = [a for (_, m), a in zip(plan, answers) if m.via == "update" and a != "server"]
         assert len(plan) == TASKS * MESSAGES_PER_TASK

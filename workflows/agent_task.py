@@ -122,6 +122,8 @@ class AgentTaskWorkflow:
         self._lean = workflow.patched(_LEAN)
         self._boundary = workflow.patched(_BOUNDARY)
         self._wait_attrs = workflow.patched(_WAIT_ATTRIBUTES)
+        self._quiet_rollover = workflow.patched(_QUIET_ROLLOVER)
+        self._rolling = False  # continuing as new: a decision arriving now is refused, not verified
         self._answers: list[tuple[ResolveInput, DecisionRecord]] = []  # what `decide` Updates answer
         self._alerts: list[asyncio.Future[None]] = []  # escalation alerts still being delivered
         carry = task.carry
@@ -282,8 +284,12 @@ class AgentTaskWorkflow:
         """A fresh run with the journal, the checkpoint and a compacted transcript: keys stay settled.
         Returns (without continuing) only when a decision was applied while it waited for handlers."""
         await self._alerts_delivered()
+        # From here a handler schedules nothing: one that started an activity in the activation that
+        # continues as new would put a command after the run's last (seen under a flood of signals).
+        self._rolling = self._quiet_rollover
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._decision is not None:  # a decision was applied while the handlers finished: act on it here
+            self._rolling = False
             return
         checkpoint = self._checkpoint.model_copy(deep=True)
         reads = [name for name, step in checkpoint.steps.items() if step.intent_key is None]
@@ -649,6 +655,9 @@ class AgentTaskWorkflow:
         problem = self._screen(parsed)
         if problem is not None:
             return self._log_decision(via, *problem, decision=parsed)
+        if self._rolling:
+            return self._log_decision(via, "refused", "the task is continuing as new; send it again",
+                                      decision=parsed)
         # A decision whose signature holds with its signer's key as the task knows it skips the queue: a
         # flood of forged ones (checked by an activity each, at most _MAX_VERIFYING at once) cannot starve it.
         known = self._policy_keys().get(parsed.decided_by)
@@ -844,6 +853,8 @@ _BOUNDARY = "human-boundary"
 # Since this change a waiting task's reason, amount and deadline are search attributes
 # (AgentWaitReason, AgentAmountCents, AgentDeadline), unset when it stops waiting but for a dead letter.
 _WAIT_ATTRIBUTES = "wait-search-attributes"
+# Handlers schedule nothing once the run has decided to continue as new (`_continue_as_new`).
+_QUIET_ROLLOVER = "quiet-rollover"
 _ANSWERS_KEPT = 8
 _UPDATES_PER_RUN = 1000  # the server refuses Updates past 2,000 per run (limit.workflowExecution.maxTotalUpdates)
 _ENDED = ("completed", "dead_lettered", "cancelled")
