@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, TypedDict
+from dataclasses import asdict, dataclass
+from typing import Generic, Literal, TypedDict, TypeVar
 
 __all__ = ["REFUND_STATUSES", "NamedRefund", "Paid", "PaymentStatus", "RefundStatus", "Refunded", "compose",
            "money_in_text", "money_sentence", "payment_sentence", "split_payment_statement", "split_statement"]
@@ -73,18 +73,80 @@ class Refunded:
     provider_ref: str
 
 
-def money_sentence(status: RefundStatus, order_id: str, item_id: str | None,
-                   refunded: Sequence[Refunded] = ()) -> str:
-    """The money sentence the product writes for a checked status, from the records."""
-    subject = f"item {item_id} of order {order_id}" if item_id else f"order {order_id}"
-    if status == "issued":
-        return " ".join(f"Refund issued: {r.amount_cents / 100:.2f} {r.currency.upper()} for item {r.item_id} of "
-                        f"order {order_id}, reference {r.provider_ref}." for r in refunded)
-    if status == "pending_review":
-        return f"Refund pending review: a refund for {subject} waits for a decision; we will write again."
-    return f"No refund has been issued for {subject}."
+@dataclass(frozen=True)
+class Paid:
+    """One supplier payment as the records hold it: the amount and the provider's reference."""
+
+    amount_cents: int
+    currency: str
+    provider_ref: str
 
 
+SEPARATOR = "\n\n"
+_S = TypeVar("_S", bound=str)
+
+
+def compose(free_text: str, statement: str | None) -> str:
+    """A message's body: the model's free text, then the product's money sentence on its own paragraph."""
+    return f"{free_text}{SEPARATOR}{statement}" if statement else free_text
+
+
+@dataclass(frozen=True)
+class _Statement(Generic[_S]):
+    """One kind of money statement (refunds, payments): its three statuses, the sentence the product
+    writes for each and the patterns that read them back. `done` is written once per effect, from the
+    effect's fields (`amount` as 0.00, `currency` in capitals); `pending` and `none` from the names of
+    what the statement speaks of. `whole` reads a whole statement, `each` one `done` sentence (with
+    groups amount, currency and ref)."""
+
+    statuses: tuple[_S, _S, _S]  # done, pending review, none
+    done: str
+    pending: str
+    none: str
+    whole: re.Pattern[str]
+    each: re.Pattern[str]
+
+    def sentence(self, status: _S, effects: Sequence[Refunded | Paid], **names: str) -> str:
+        done, pending, _ = self.statuses
+        if status == done:
+            return " ".join(self.done.format_map({**names, **asdict(e), "amount": f"{e.amount_cents / 100:.2f}",
+                                                  "currency": e.currency.upper()}) for e in effects)
+        return (self.pending if status == pending else self.none).format_map(names)
+
+    def split(self, body: str) -> tuple[str, tuple[_S, re.Match[str], list[re.Match[str]]] | None]:
+        """A body back into (free text, (status, the statement's match, each `done` sentence's match));
+        no statement: (body, None)."""
+        head, sep, last = body.rpartition(SEPARATOR)
+        match = self.whole.match(last) if sep else None
+        if match is None:
+            return body, None
+        done, pending, none = self.statuses
+        if last.startswith(_lead(self.done)):
+            return head, (done, match, list(self.each.finditer(last)))
+        return head, (pending if last.startswith(_lead(self.pending)) else none, match, [])
+
+
+def _lead(template: str) -> str:
+    """A sentence's fixed words before its first field: what tells the three sentences of a kind apart."""
+    return template[:template.index("{")]
+
+
+def _money(match: re.Match[str]) -> tuple[int, str, str]:
+    """A `done` sentence's amount in cents, currency (lower case) and reference."""
+    return round(float(match.group("amount")) * 100), match.group("currency").lower(), match.group("ref")
+
+
+# The sentences the product writes, per kind: the first once per effect, with the effect's fields; the
+# others with the names of what the statement speaks of.
+_SENTENCES = {
+    "refund": ("Refund issued: {amount} {currency} for item {item_id} of order {order_id}, reference {provider_ref}.",
+               "Refund pending review: a refund for {subject} waits for a decision; we will write again.",
+               "No refund has been issued for {subject}."),
+    "payment": ("Payment sent: {amount} {currency} for invoice {invoice_id}, reference {provider_ref}.",
+                "Payment pending review: the payment of invoice {invoice_id} waits for a decision; we will write "
+                "again.",
+                "No payment has been sent for invoice {invoice_id}."),
+}
 _STATEMENT = re.compile(
     r"^(?:(?:Refund issued: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for item (?P<item>\S+) of order "
     r"(?P<order>\S+), reference (?P<ref>\S+)\.(?: |$))+"
@@ -93,12 +155,15 @@ _STATEMENT = re.compile(
     r"|No refund has been issued for (?:item (?P<nitem>\S+) of )?order (?P<norder>\S+)\.)$")
 _ISSUED = re.compile(r"Refund issued: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for item (?P<item>\S+) of "
                      r"order (?P<order>\S+), reference (?P<ref>[^\s,]+)\.")
-SEPARATOR = "\n\n"
+_REFUND = _Statement[RefundStatus](("issued", "pending_review", "not_issued"), *_SENTENCES["refund"], _STATEMENT,
+                                   _ISSUED)
 
 
-def compose(free_text: str, statement: str | None) -> str:
-    """A message's body: the model's free text, then the product's money sentence on its own paragraph."""
-    return f"{free_text}{SEPARATOR}{statement}" if statement else free_text
+def money_sentence(status: RefundStatus, order_id: str, item_id: str | None,
+                   refunded: Sequence[Refunded] = ()) -> str:
+    """The money sentence the product writes for a checked status, from the records."""
+    subject = f"item {item_id} of order {order_id}" if item_id else f"order {order_id}"
+    return _REFUND.sentence(status, refunded, order_id=order_id, subject=subject)
 
 
 class NamedRefund(TypedDict, total=False):
@@ -114,40 +179,20 @@ def split_statement(body: str) -> tuple[str, tuple[RefundStatus, list[NamedRefun
     """A body back into (free text, the product's statement): the status and, for `issued`, each
     refund it names ({item_id, amount_cents, currency, provider_ref}); for the others the item
     named, if any ([{item_id}]). No statement: (body, None)."""
-    head, sep, last = body.rpartition(SEPARATOR)
-    match = _STATEMENT.match(last) if sep else None
-    if match is None:
+    head, found = _REFUND.split(body)
+    if found is None:
         return body, None
-    if match.group("amount"):
-        return head, ("issued", [{"item_id": m.group("item"), "amount_cents": round(float(m.group("amount")) * 100),
-                                  "currency": m.group("currency").lower(), "provider_ref": m.group("ref")}
-                                 for m in _ISSUED.finditer(last)])
-    if match.group("porder"):
-        return head, ("pending_review", [{"item_id": match.group("pitem")}])
-    return head, ("not_issued", [{"item_id": match.group("nitem")}])
+    status, match, each = found
+    if status == "issued":
+        named: list[NamedRefund] = []
+        for m in each:
+            cents, currency, ref = _money(m)
+            named.append({"item_id": m.group("item"), "amount_cents": cents, "currency": currency, "provider_ref": ref})
+        return head, (status, named)
+    return head, (status, [{"item_id": match.group("pitem" if status == "pending_review" else "nitem")}])
 
 
 PaymentStatus = Literal["paid", "not_paid", "pending_review"]
-
-
-@dataclass(frozen=True)
-class Paid:
-    """One supplier payment as the records hold it: the amount and the provider's reference."""
-
-    amount_cents: int
-    currency: str
-    provider_ref: str
-
-
-def payment_sentence(status: PaymentStatus, invoice_id: str, paid: Sequence[Paid] = ()) -> str:
-    """The money sentence the product writes for a checked payment status, from the records."""
-    if status == "paid":
-        return " ".join(f"Payment sent: {p.amount_cents / 100:.2f} {p.currency.upper()} for invoice {invoice_id}, "
-                        f"reference {p.provider_ref}." for p in paid)
-    if status == "pending_review":
-        return f"Payment pending review: the payment of invoice {invoice_id} waits for a decision; we will write again."
-    return f"No payment has been sent for invoice {invoice_id}."
-
 
 _PAYMENT_STATEMENT = re.compile(
     r"^(?:(?:Payment sent: \d+\.\d{2} [A-Z]{3} for invoice \S+, reference \S+\.(?: |$))+"
@@ -155,14 +200,19 @@ _PAYMENT_STATEMENT = re.compile(
     r"|No payment has been sent for invoice \S+\.)$")
 _SENT = re.compile(r"Payment sent: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for invoice (?P<invoice>\S+), "
                    r"reference (?P<ref>[^\s,]+)\.")
+_PAYMENT = _Statement[PaymentStatus](("paid", "pending_review", "not_paid"), *_SENTENCES["payment"], _PAYMENT_STATEMENT,
+                                     _SENT)
+
+
+def payment_sentence(status: PaymentStatus, invoice_id: str, paid: Sequence[Paid] = ()) -> str:
+    """The money sentence the product writes for a checked payment status, from the records."""
+    return _PAYMENT.sentence(status, paid, invoice_id=invoice_id)
 
 
 def split_payment_statement(body: str) -> tuple[str, tuple[PaymentStatus, list[Paid]] | None]:
     """An email's body back into (free text, the product's payment statement and the payments it names)."""
-    head, sep, last = body.rpartition(SEPARATOR)
-    if not sep or _PAYMENT_STATEMENT.match(last) is None:
+    head, found = _PAYMENT.split(body)
+    if found is None:
         return body, None
-    if last.startswith("Payment sent"):
-        return head, ("paid", [Paid(round(float(m.group("amount")) * 100), m.group("currency").lower(), m.group("ref"))
-                               for m in _SENT.finditer(last)])
-    return head, ("pending_review" if last.startswith("Payment pending") else "not_paid", [])
+    status, _, each = found
+    return head, (status, [Paid(*_money(m)) for m in each])
