@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, describe
 from activities.payments import StripeGateway, intent_key_of, metadata_of
 from activities.records import InvoiceRecord, OrderRecord
 from core.claims import Paid, PaymentStatus, Refunded, RefundStatus
+from core.domain import Order
 
-__all__ = ["PaymentTruth", "ProviderRefund", "RefundTruth", "payment_records", "refund_records", "refund_truth"]
+__all__ = ["PaymentTruth", "ProviderRefund", "RefundTruth", "Truth", "payment_records", "refund_records",
+           "refund_truth"]
+
+_S = TypeVar("_S", bound=str)
+_E = TypeVar("_E", Refunded, Paid)
 
 
 @dataclass(frozen=True)
@@ -43,38 +48,54 @@ class ProviderRefund:
 
 
 @dataclass
-class RefundTruth:
-    """What the records show for (task, order, item): a status, or None when they show no one status."""
+class Truth(Generic[_S, _E]):
+    """What the records show for a task's money claim (its refunds of an order or an item, its payment
+    of an invoice): a status, or None when they show no one status; the effects they hold for it."""
 
-    status: RefundStatus | None
+    status: _S | None
     detail: str
-    refunded: list[Refunded] = field(default_factory=list)
+    effects: list[_E] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     unreadable: bool = False
 
-    def allows(self, claim: RefundStatus) -> bool:
+    def allows(self, claim: _S) -> bool:
         return self.status == claim
 
 
-def _rows(db: Database, task_id: str, order_id: str, item_id: str | None) -> list[dict[str, Any]]:
+RefundTruth = Truth[RefundStatus, Refunded]
+PaymentTruth = Truth[PaymentStatus, Paid]
+
+
+def _ledger_rows(db: Database, task_id: str, tool: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The task's ledger rows of one tool, oldest first, each with its call's arguments."""
     with db.connect() as conn:
         found = conn.execute(
             "SELECT intent_key, status, provider_ref, amount_cents, arguments FROM effects"
-            " WHERE task_id = :task AND tool = 'issue_refund' ORDER BY created_at", {"task": task_id}).fetchall()
-    rows = []
-    for row in found:
-        arguments = json.loads(row["arguments"] or "{}")
-        if arguments.get("order_id") != order_id or (item_id is not None and arguments.get("item_id") != item_id):
-            continue
-        rows.append({"intent_key": row["intent_key"], "status": row["status"], "provider_ref": row["provider_ref"],
-                     "amount_cents": row["amount_cents"], "item_id": arguments.get("item_id")})
-    return rows
+            " WHERE task_id = :task AND tool = :tool ORDER BY created_at", {"task": task_id, "tool": tool}).fetchall()
+    return [({"intent_key": r["intent_key"], "status": r["status"], "provider_ref": r["provider_ref"],
+              "amount_cents": r["amount_cents"]}, json.loads(r["arguments"] or "{}")) for r in found]
 
 
-def refund_truth(db: Database, task_id: str, order_id: str, item_id: str | None, currency: str,
+def _not_held(shown: str, performed: list[dict[str, Any]], held_cents: dict[str, int]) -> str | None:
+    """Why the ledger's performed rows are not what the provider holds (its amount by reference), or None."""
+    missing = [r for r in performed if r["provider_ref"] not in held_cents
+               or held_cents[r["provider_ref"]] != r["amount_cents"]]
+    if not missing:
+        return None
+    return (f"the ledger holds {shown}, but the provider does not hold "
+            f"{', '.join(str(r['provider_ref']) for r in missing)} as recorded")
+
+
+def _unreadable(what: str, err: Exception) -> Truth[Any, Any]:
+    return Truth(None, f"the provider's {what} cannot be read now ({describe(err)})", unreadable=True)
+
+
+def refund_truth(db: Database, task_id: str, order: Order, item_id: str | None,
                  provider: list[ProviderRefund]) -> RefundTruth:
     """The task's refunds of the order (or of one item) as the ledger and the provider hold them."""
-    rows = _rows(db, task_id, order_id, item_id)
+    order_id, currency = order.order_id, order.currency
+    rows = [{**row, "item_id": arguments.get("item_id")} for row, arguments in _ledger_rows(db, task_id, "issue_refund")
+            if arguments.get("order_id") == order_id and (item_id is None or arguments.get("item_id") == item_id)]
     landed = {p.ref: p for p in provider if p.status in ("succeeded", "pending") and p.task_id == task_id
               and (item_id is None or p.item_id == item_id)}
     performed = [r for r in rows if r["status"] == "performed"]
@@ -82,12 +103,10 @@ def refund_truth(db: Database, task_id: str, order_id: str, item_id: str | None,
     shown = "; ".join(f"{r['item_id']}: {r['status']}"
                       + (f" {r['amount_cents'] / 100:.2f} {currency.upper()} as {r['provider_ref']}"
                          if r["status"] == "performed" else "") for r in rows) or "no refund intent of this task"
-    missing = [r for r in performed if r["provider_ref"] not in landed
-               or landed[r["provider_ref"]].amount_cents != r["amount_cents"]]
+    not_held = _not_held(shown, performed, {ref: p.amount_cents for ref, p in landed.items()})
     unexplained = [p for ref, p in landed.items() if ref not in {r["provider_ref"] for r in performed}]
-    if missing:
-        return RefundTruth(None, f"the ledger holds {shown}, but the provider does not hold "
-                                 f"{', '.join(str(r['provider_ref']) for r in missing)} as recorded", rows=rows)
+    if not_held:
+        return RefundTruth(None, not_held, rows=rows)
     if unexplained and not rows:  # no intent of the task in scope: the provider's records are all there is
         refunded = [Refunded(p.item_id, p.amount_cents, currency, p.ref) for p in unexplained]
         return RefundTruth("issued", f"the ledger holds no refund intent of this task; the provider holds "
@@ -119,23 +138,8 @@ def refund_records(db: Database, gateway: StripeGateway, task_id: str, record: O
                                    metadata_of(r).get("item_id"), intent_key_of(r))
                     for r in gateway.refunds(record.payment_intent_id)]
     except PROVIDER_ERRORS as err:
-        return RefundTruth(None, f"the provider's refunds cannot be read now ({describe(err)})", unreadable=True)
-    order = record.order
-    return refund_truth(db, task_id, order.order_id, item_id, order.currency, provider)
-
-
-@dataclass
-class PaymentTruth:
-    """What the records show for (task, invoice): a status, or None when they show no one status."""
-
-    status: PaymentStatus | None
-    detail: str
-    paid: list[Paid] = field(default_factory=list)
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    unreadable: bool = False
-
-    def allows(self, claim: PaymentStatus) -> bool:
-        return self.status == claim
+        return _unreadable("refunds", err)
+    return refund_truth(db, task_id, record.order, item_id, provider)
 
 
 def payment_records(db: Database, gateway: StripeGateway, task_id: str, record: InvoiceRecord) -> PaymentTruth:
@@ -147,26 +151,19 @@ def payment_records(db: Database, gateway: StripeGateway, task_id: str, record: 
         not_paid        none of that
     """
     invoice = record.invoice
-    with db.connect() as conn:
-        found = conn.execute(
-            "SELECT intent_key, status, provider_ref, amount_cents, arguments FROM effects"
-            " WHERE task_id = :task AND tool = 'send_payment' ORDER BY created_at", {"task": task_id}).fetchall()
-    rows = [{"intent_key": r["intent_key"], "status": r["status"], "provider_ref": r["provider_ref"],
-             "amount_cents": r["amount_cents"]} for r in found
-            if json.loads(r["arguments"] or "{}").get("invoice_id") == invoice.invoice_id]
+    rows = [row for row, arguments in _ledger_rows(db, task_id, "send_payment")
+            if arguments.get("invoice_id") == invoice.invoice_id]
     try:
         held = {p.id: p for p in gateway.payments_to(record.customer_ref)
                 if metadata_of(p).get("invoice_id") == invoice.invoice_id and p.status == "succeeded"}
     except PROVIDER_ERRORS as err:
-        return PaymentTruth(None, f"the provider's payments cannot be read now ({describe(err)})", unreadable=True)
+        return _unreadable("payments", err)
     shown = "; ".join(f"{r['status']}" + (f" {r['amount_cents'] / 100:.2f} as {r['provider_ref']}"
                                           if r["status"] == "performed" else "") for r in rows) or "no payment intent"
     performed = [r for r in rows if r["status"] == "performed"]
-    missing = [r for r in performed if r["provider_ref"] not in held
-               or held[r["provider_ref"]].amount != r["amount_cents"]]
-    if missing:
-        return PaymentTruth(None, f"the ledger holds {shown}, but the provider does not hold "
-                                  f"{', '.join(str(r['provider_ref']) for r in missing)} as recorded", rows=rows)
+    not_held = _not_held(shown, performed, {ref: p.amount for ref, p in held.items()})
+    if not_held:
+        return PaymentTruth(None, not_held, rows=rows)
     if any(r["status"] in ("intent", "unknown") for r in rows):
         return PaymentTruth("pending_review", f"the ledger holds {shown} of this task", rows=rows)
     currency = invoice.currency

@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.claims import payment_records, refund_records
+from activities.claims import Truth, payment_records, refund_records
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
 from activities.faults import crash_point
@@ -329,27 +329,16 @@ class ToolActivities:
                          record: OrderRecord) -> str | ToolResult | None:
         """The money sentence for the message's `refund_status`, from the ledger and the provider; None
         when it states none; a refusal when its free text states money facts or its status is false."""
-        facts = money_in_text(args.message)
-        if facts:
-            return _refused(call, "money_in_free_text",
-                            f"the message states money facts in its free text ({', '.join(facts[:5])}); nothing was "
-                            "sent. Write it without amounts, currencies, references or money words, and say what "
-                            "happened to the refund with refund_status: the product adds the amount and reference "
-                            "from its records.", {"free_text_money": facts})
-        if args.refund_status is None:
-            return None
+        refused = _money_in_free_text(call, args.message, _TO_PARTY)
+        if refused is not None or args.refund_status is None:
+            return refused
         order = record.order
         truth = refund_records(self._db, self._gateway, call.task_id, record, args.item_id)
-        if truth.unreadable:
-            return not_performed(call, "records_unreadable", f"{truth.detail}; nothing was sent", retryable=True)
-        if not truth.allows(args.refund_status):
-            shows = truth.status or "no one status"
-            return _refused(call, "false_money_claim",
-                            f"refund_status {args.refund_status!r} for "
-                            f"{'item ' + args.item_id + ' of ' if args.item_id else ''}order {order.order_id} is "
-                            f"false; nothing was sent. The records show {shows}: {truth.detail}.",
-                            {"claimed": args.refund_status, "records_show": truth.status, "records": truth.rows})
-        return money_sentence(args.refund_status, order.order_id, args.item_id, truth.refunded)
+        subject = f"{'item ' + args.item_id + ' of ' if args.item_id else ''}order {order.order_id}"
+        refused = _unchecked_claim(call, "refund_status", args.refund_status, subject, truth)
+        if refused is not None:
+            return refused
+        return money_sentence(args.refund_status, order.order_id, args.item_id, truth.effects)
 
     def _in_outbox(self, key: str) -> bool:
         with self._db.connect() as conn:
@@ -382,29 +371,19 @@ class ToolActivities:
     def _payment_statement(self, call: ToolInput, args: SendEmailArgs) -> str | ToolResult | None:
         """The money sentence for the email's `payment_status`, from the records; None when it states none;
         a refusal when its subject or free text states money facts or its status is false."""
-        facts = money_in_text(f"{args.subject}\n{args.body}")
-        if facts:
-            return _refused(call, "money_in_free_text",
-                            f"the email states money facts in its subject or free text ({', '.join(facts[:5])}); "
-                            "nothing was sent. Write them without amounts, currencies, references or money words, "
-                            "and say what happened to the payment with payment_status and invoice_id: the product "
-                            "adds the amount and reference from its records.", {"free_text_money": facts})
-        if args.payment_status is None:
-            return None
+        refused = _money_in_free_text(call, f"{args.subject}\n{args.body}", _TO_PAYEE)
+        if refused is not None or args.payment_status is None:
+            return refused
         record = self._records.invoice(args.invoice_id) if args.invoice_id else None
         if record is None:
             return not_performed(call, "unknown_invoice", f"payment_status needs the invoice it speaks of; "
                                                           f"no invoice {args.invoice_id}")
+        invoice_id = record.invoice.invoice_id
         truth = payment_records(self._db, self._gateway, call.task_id, record)
-        if truth.unreadable:
-            return not_performed(call, "records_unreadable", f"{truth.detail}; nothing was sent", retryable=True)
-        if not truth.allows(args.payment_status):
-            return _refused(call, "false_money_claim",
-                            f"payment_status {args.payment_status!r} for invoice {record.invoice.invoice_id} is "
-                            f"false; nothing was sent. The records show {truth.status or 'no one status'}: "
-                            f"{truth.detail}.",
-                            {"claimed": args.payment_status, "records_show": truth.status, "records": truth.rows})
-        return payment_sentence(args.payment_status, record.invoice.invoice_id, truth.paid)
+        refused = _unchecked_claim(call, "payment_status", args.payment_status, f"invoice {invoice_id}", truth)
+        if refused is not None:
+            return refused
+        return payment_sentence(args.payment_status, invoice_id, truth.effects)
 
     async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str,
                     statement: str | None = None) -> ToolResult:
@@ -446,6 +425,48 @@ def not_performed(call: ToolInput, reason: str, message: str, retryable: bool = 
 def _refused(call: ToolInput, reason: str, message: str, data: dict[str, Any]) -> ToolResult:
     """A message not sent because of what it says: the model may write it again."""
     return not_performed(call, reason, message, retryable=True).model_copy(update={"data": data})
+
+
+@dataclass(frozen=True)
+class _Wording:
+    """How a refusal of money facts in a message's free text names the message and the fields that
+    state them instead."""
+
+    message: str  # "message", "email"
+    where: str  # where the model's own words are
+    pronoun: str  # for those words
+    effect: str  # what the message speaks of
+    fields: str  # the fields that state it
+
+
+_TO_PARTY = _Wording("message", "free text", "it", "refund", "refund_status")
+_TO_PAYEE = _Wording("email", "subject or free text", "them", "payment", "payment_status and invoice_id")
+
+
+def _money_in_free_text(call: ToolInput, text: str, wording: _Wording) -> ToolResult | None:
+    """The refusal of a message whose model-written text states money facts (core/claims.py), or None."""
+    facts = money_in_text(text)
+    if not facts:
+        return None
+    return _refused(call, "money_in_free_text",
+                    f"the {wording.message} states money facts in its {wording.where} ({', '.join(facts[:5])}); "
+                    f"nothing was sent. Write {wording.pronoun} without amounts, currencies, references or money "
+                    f"words, and say what happened to the {wording.effect} with {wording.fields}: the product adds "
+                    "the amount and reference from its records.", {"free_text_money": facts})
+
+
+def _unchecked_claim(call: ToolInput, field: str, claimed: str, subject: str,
+                     truth: Truth[Any, Any]) -> ToolResult | None:
+    """Why a message's money status (`field` = `claimed`, about `subject`) cannot be sent as the records
+    (`truth`) stand: they cannot be read now, or they show another status; None when they allow it."""
+    if truth.unreadable:
+        return not_performed(call, "records_unreadable", f"{truth.detail}; nothing was sent", retryable=True)
+    if truth.allows(claimed):
+        return None
+    return _refused(call, "false_money_claim",
+                    f"{field} {claimed!r} for {subject} is false; nothing was sent. The records show "
+                    f"{truth.status or 'no one status'}: {truth.detail}.",
+                    {"claimed": claimed, "records_show": truth.status, "records": truth.rows})
 
 
 def _over_cap(call: ToolInput, recipient: str, over: OverCap) -> ToolResult:
