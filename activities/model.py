@@ -13,7 +13,7 @@ from typing import Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.backends import ModelConfigError
+from activities.backends import UNAVAILABLE, ModelConfigError
 from activities.scripted import ScriptedModel
 from core.bounds import bounded_reply
 from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolSchema
@@ -98,7 +98,7 @@ class ModelActivities:
         except ApplicationError:
             raise
         except Exception as err:  # an unexpected error may quote a base URL with its password
-            raise ApplicationError(redact(f"{type(err).__name__}: {err}")[:500], type="ModelUnavailable") from None
+            raise ApplicationError(redact(f"{type(err).__name__}: {err}")[:500], type=UNAVAILABLE) from None
 
 
 @functools.cache

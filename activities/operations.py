@@ -12,9 +12,9 @@ from typing import Any
 
 import aiohttp
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.db import Database
+from core.failures import AlertNotDelivered
 from core.models import AlertInput, DeadLetterInput
 from infra.redact import redact
 
@@ -57,8 +57,7 @@ class OperationsActivities:
                     response.raise_for_status()
         except Exception as err:  # aiohttp's errors, a timeout, a URL aiohttp refuses (ValueError)
             why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-            raise ApplicationError(f"alert webhook at {redact(url)}: {redact(why)}",
-                                   type="AlertNotDelivered") from None
+            raise AlertNotDelivered(f"alert webhook at {redact(url)}: {redact(why)}") from None
 
     def _store_alert(self, alert: AlertInput, delivered: str) -> None:
         with self._db.connect() as conn:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.failures import Decided
 from core.models import ChatMessage, ModelReply, ModelTurnInput, ToolCall, ToolSchema
 
 Results = dict[str, dict[str, Any]]
@@ -54,7 +55,7 @@ class ScriptedModel:
                 continue
             if last.get("retryable") and len(step_asks) < MAX_ASKS:
                 return _call(step, done, len(step_asks) + 1)
-            if last.get("reason") == "rejected_by_human":
+            if last.get("reason") == Decided.REJECTED_BY_HUMAN:
                 return ModelReply(content=f"A human rejected {step.tool}: {last.get('message', '')}. Nothing was done.")
             return _escalate(asks, results, step, last)
         return ModelReply(content=_summary(steps, done))

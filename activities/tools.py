@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.claims import Truth, payment_records, refund_records
 from activities.db import Database
@@ -34,6 +33,7 @@ from activities.records import (
 from core.claims import compose, money_in_text, money_sentence, payment_sentence
 from core.contacts import contacts_in
 from core.domain import Order
+from core.failures import InvalidToolInput
 from core.models import InspectInput, IntentView, Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult
 from core.tools import (
     REGISTRY,
@@ -413,7 +413,7 @@ def attempt_number() -> int:
 
 def require_key(call: ToolInput) -> str:
     if not call.intent_key:
-        raise ApplicationError(f"{call.tool} needs an intent key", type="InvalidToolInput", non_retryable=True)
+        raise InvalidToolInput(f"{call.tool} needs an intent key")
     return call.intent_key
 
 

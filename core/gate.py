@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.bounds import TRUNCATED
+from core.failures import Unusable
 from core.models import Approval, Step
 from core.tools import REGISTRY, ToolSpec
 
@@ -18,10 +19,9 @@ MAX_ARGUMENT_CHARS = 20_000
 
 @dataclass(frozen=True)
 class Rejection:
-    """Why a call cannot run: `unknown_tool`, `not_offered`, `malformed_arguments`, `invalid_arguments`
-    or `out_of_scope` (core/authority.py)."""
+    """Why a call cannot run (core/failures.py)."""
 
-    reason: str
+    reason: Unusable
     message: str
 
 
@@ -51,25 +51,26 @@ def validate_call(name: str, arguments: str | None,
     spec = REGISTRY.get(name)
     tools = sorted(REGISTRY) if offered is None else sorted(offered)
     if spec is None:
-        return Rejection("unknown_tool", f"no tool named {name[:80]!r}; tools: {tools}")
+        return Rejection(Unusable.UNKNOWN_TOOL, f"no tool named {name[:80]!r}; tools: {tools}")
     if name not in tools:
-        return Rejection("not_offered", f"{name} is not a tool of this task; tools: {tools}")
+        return Rejection(Unusable.NOT_OFFERED, f"{name} is not a tool of this task; tools: {tools}")
     text = arguments or "{}"
     if len(text) > MAX_ARGUMENT_CHARS:
-        return Rejection("malformed_arguments", f"arguments are {len(text)} characters; at most {MAX_ARGUMENT_CHARS}")
+        return Rejection(Unusable.MALFORMED_ARGUMENTS,
+                         f"arguments are {len(text)} characters; at most {MAX_ARGUMENT_CHARS}")
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError) as err:
-        return Rejection("malformed_arguments", f"arguments are not valid JSON: {str(err)[:200]}")
+        return Rejection(Unusable.MALFORMED_ARGUMENTS, f"arguments are not valid JSON: {str(err)[:200]}")
     if not isinstance(raw, dict):
-        return Rejection("malformed_arguments", "arguments must be a JSON object")
+        return Rejection(Unusable.MALFORMED_ARGUMENTS, "arguments must be a JSON object")
     if TRUNCATED in raw:  # cut where the reply entered (core/bounds.py)
-        return Rejection("malformed_arguments", f"arguments were {raw[TRUNCATED]} characters; at most "
-                                                f"{MAX_ARGUMENT_CHARS} per call and 24,000 per reply")
+        return Rejection(Unusable.MALFORMED_ARGUMENTS, f"arguments were {raw[TRUNCATED]} characters; at most "
+                                                       f"{MAX_ARGUMENT_CHARS} per call and 24,000 per reply")
     try:
         return spec, spec.args.model_validate(raw).model_dump(mode="json")
     except ValidationError as err:
         errors = [{"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in err.errors()]
-        return Rejection("invalid_arguments", json.dumps(errors)[:2000])
+        return Rejection(Unusable.INVALID_ARGUMENTS, json.dumps(errors)[:2000])
     except (ValueError, TypeError, RecursionError) as err:
-        return Rejection("invalid_arguments", str(err)[:200])
+        return Rejection(Unusable.INVALID_ARGUMENTS, str(err)[:200])

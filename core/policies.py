@@ -18,9 +18,11 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from core.failures import InvalidToolInput
 from core.models import ToolClass
 
-NON_RETRYABLE = ["InvalidToolInput", "Configuration"]
+# "Configuration": nothing raises it any more; it stays so that recorded retry policies keep their words.
+NON_RETRYABLE = [InvalidToolInput.__name__, "Configuration"]
 
 
 def _bounded(first: timedelta, longest: timedelta, attempts: int) -> RetryPolicy:
