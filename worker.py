@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
 from activities.authority import AuthorityActivities, public_key_from
 from activities.effects import ProviderTerms
+from activities.facts import FactActivities
 from activities.interceptors import WorkerInterceptor
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
@@ -138,7 +139,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         workflows=[workflow_class, ReconcileWorkflow],
         max_cached_workflows=max_cached_workflows,
         activities=[*activities, *operations.activities(), *authority.activities(),
-                    ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn],
+                    ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn,
+                    FactActivities(db, gateway).check_facts],
         interceptors=[WorkerInterceptor()],
         **{"max_concurrent_activities": 100, "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
            "graceful_shutdown_timeout": timedelta(seconds=5), **worker_options},

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities.faults import crash_point
@@ -47,6 +48,11 @@ class _Inbound(ActivityInboundInterceptor):
             result = await self.next.execute_activity(input)
         except Exception as err:
             clean = redacted_error(err)
+            if isinstance(clean, ApplicationError) and clean.next_retry_delay is not None:
+                # A planned wait (activities/effects.py `_wait`): its message says what it waits for, and
+                # the server keeps a pending activity's last failure only while it is small; the stack of a
+                # deliberate raise is noise that would replace the message with "Failure exceeds size limit".
+                raise clean.with_traceback(None) from None
             if clean is err:
                 raise
             raise clean from clean.__cause__

@@ -20,7 +20,8 @@ async def cmd_redrive(args: argparse.Namespace, settings: Settings) -> int:
           f"waits {task.escalation_timeout_seconds} s for a person if it escalates", flush=True)
     if args.no_wait:
         return 0
-    result = await follow(handle, Progress())
+    progress = Progress()
+    result = await follow(handle, progress, on_wait=progress.waits)
     assert result is not None
     print_report(settings, result)
     return 0

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
+from client.tasks import ActivityWait
 from core.models import Checkpoint, Escalation, TaskResult
 from infra import connection
 from infra.settings import Settings
@@ -39,11 +42,39 @@ class Progress:
                   + ("\n      Ctrl-C stops watching; the task keeps waiting." if self._hint_ctrl_c else ""),
                   flush=True)
         for name, step in cp.steps.items():
+            settle = _IN_FLIGHT.match(step.trail[-1]) if step.trail else None
+            if settle and self._seen.get(f"#settle:{name}") != settle.group(1):
+                self._seen[f"#settle:{name}"] = settle.group(1)
+                until = datetime.fromtimestamp(float(settle.group(1)), UTC)
+                print(f"  {cp.task_id}  {name:<22} waits until {_when(until)}: a request of it may still land at the "
+                      f"provider; nobody is asked before then", flush=True)
             outcome = step.outcome.value if step.outcome is not None else None
             shown = step.status if outcome in (None, step.status) else f"{step.status} ({outcome})"
             if self._seen.get(name) != shown:
                 self._seen[name] = shown
                 print(f"  {cp.task_id}  {name:<22} {shown}", flush=True)
+
+    def waits(self, waits: list[ActivityWait]) -> None:
+        """A step Temporal runs again later (a safety wait before the provider is asked again, a backoff):
+        what it waits for and until when, once per attempt."""
+        for wait in waits:
+            if self._seen.get(f"#retry:{wait.step}") != str(wait.attempt):
+                self._seen[f"#retry:{wait.step}"] = str(wait.attempt)
+                why = _ASKING_AGAIN.sub("", wait.why)
+                print(f"  {wait.task_id}  {wait.step:<22} waits until {_when(wait.until)}, then runs again "
+                      f"(attempt {wait.attempt}): {why}", flush=True)
+
+
+# The workflow's trail line while it waits out a request's settle horizon (workflows/agent_task.py _read_world).
+_IN_FLIGHT = re.compile(r"world: in flight until (\d+(?:\.\d+)?)")
+# activities/effects.py `_wait` ends its message with the delay; the time shown replaces it.
+_ASKING_AGAIN = re.compile(r"; asking the provider again in [\d.]+ s$")
+
+
+def _when(moment: datetime) -> str:
+    """`12:04:31 UTC (in 42 s)`"""
+    left = max(0, round((moment - datetime.now(UTC)).total_seconds()))
+    return f"{moment:%H:%M:%S} UTC (in {left} s)"
 
 
 def summary(result: TaskResult) -> dict[str, Any]:

@@ -51,7 +51,8 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
     if args.no_wait:
         return 0
     progress = None if args.json else Progress(hint_ctrl_c=not args.until_waiting)
-    result = await follow(handle, progress, until_waiting=args.until_waiting)
+    result = await follow(handle, progress, until_waiting=args.until_waiting,
+                          on_wait=progress.waits if progress else None)
     if result is None:
         if args.json:
             print(json.dumps({"task_id": task_id, "state": "awaiting_human"}))

@@ -8,8 +8,9 @@
 Everything here reads tasks through Temporal; nothing opens the worker's database.
 """
 
+from client.errors import ClientError
+from client.facts import check_facts
 from client.tasks import (
-    ClientError,
     checkpoint_of,
     connect,
     decide,
@@ -22,5 +23,5 @@ from client.tasks import (
 )
 from client.tickets import Ticket, read_ticket_file
 
-__all__ = ["ClientError", "Ticket", "checkpoint_of", "connect", "decide", "describe_task", "follow",
+__all__ = ["ClientError", "Ticket", "check_facts", "checkpoint_of", "connect", "decide", "describe_task", "follow",
            "read_ticket_file", "redrive", "start_task", "start_ticket", "started_now"]

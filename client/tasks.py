@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -17,6 +18,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from client.errors import ClientError
+from client.facts import check_facts
 from client.tickets import Ticket, TicketError
 from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput, TaskResult
 from core.names import WORKFLOW_NAME, starting_attributes
@@ -24,10 +27,6 @@ from infra import connection
 from infra.settings import Settings
 
 _TASK_TIMEOUT = timedelta(seconds=3)  # a workflow task lost with a dead worker is retried in 3 s
-
-
-class ClientError(Exception):
-    """A problem the operator can fix; printed as one line."""
 
 
 async def connect(settings: Settings) -> Client:
@@ -89,17 +88,61 @@ async def start_ticket(client: Client, settings: Settings, ticket: Ticket) -> Wo
     The task id is `ticket-<ticket_id>`: starting the same ticket again (a retried webhook, a second
     click) attaches to the running task or shows the finished one's result, and never starts a
     second task. The worker's configuration (model backend, ceilings, approvers) applies to it.
+
+    A new task starts only once the worker has found its facts (the order or invoice) in our records
+    and at the provider (client/facts.py); otherwise ClientError says why and nothing starts.
     """
     try:
         task = ticket.task_input()
     except TicketError as err:
         raise ClientError(str(err)) from None
+    if not await _going_or_done(client, task.task_id):
+        await check_facts(client, settings, task)
     return await start_task(client, settings, task, ticket.amount_cents())
 
 
+async def _going_or_done(client: Client, task_id: str) -> bool:
+    """A run of this id is going or completed: a start attaches to it, and its facts were checked when it began."""
+    try:
+        status = (await client.get_workflow_handle(task_id).describe()).status
+    except RPCError:
+        return False
+    return status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED,
+                      WorkflowExecutionStatus.CONTINUED_AS_NEW)
+
+
+@dataclass(frozen=True)
+class ActivityWait:
+    """A step Temporal runs again later on purpose: e.g. a request that may still land at the provider,
+    waited out to its settle horizon before the provider is asked again (activities/effects.py `_wait`)."""
+
+    task_id: str
+    step: str  # the activity: the tool's name
+    attempt: int  # the attempt that will run
+    until: datetime  # when it runs
+    why: str  # what the last attempt said
+
+
+async def activity_waits(handle: WorkflowHandle[Any, Any]) -> list[ActivityWait]:
+    """The task's activities waiting for a later attempt, with why (their last failure, decoded)."""
+    raw = (await handle.describe()).raw_description
+    waits = []
+    for pending in raw.pending_activities:
+        if not (pending.HasField("next_attempt_schedule_time") and pending.HasField("last_failure")):
+            continue
+        # The handle's client's converter: with PAYLOAD_ENCRYPTION_KEY the failure's message is encrypted too.
+        failure = await handle._client.data_converter.decode_failure(pending.last_failure)
+        waits.append(ActivityWait(task_id=handle.id, step=pending.activity_type.name, attempt=pending.attempt,
+                                  until=pending.next_attempt_schedule_time.ToDatetime(UTC),
+                                  why=getattr(failure, "message", str(failure))))
+    return waits
+
+
 async def follow(handle: WorkflowHandle[Any, TaskResult], on_checkpoint: Callable[[Checkpoint], None] | None = None,
-                 until_waiting: bool = False) -> TaskResult | None:
-    """The task's result, calling `on_checkpoint` with each checkpoint read on the way.
+                 until_waiting: bool = False,
+                 on_wait: Callable[[list[ActivityWait]], None] | None = None) -> TaskResult | None:
+    """The task's result, calling `on_checkpoint` with each checkpoint read on the way, and `on_wait`
+    with the steps Temporal will run again later (a safety wait, a retry's backoff).
 
     With `until_waiting`, return None as soon as the task waits for a person.
     """
@@ -115,6 +158,11 @@ async def follow(handle: WorkflowHandle[Any, TaskResult], on_checkpoint: Callabl
                     on_checkpoint(cp)
                 if cp is not None and until_waiting and cp.waiting_for is not None:
                     return None
+            if on_wait is not None:
+                try:
+                    on_wait(await activity_waits(handle))
+                except RPCError:
+                    pass
             await asyncio.wait([result], timeout=0.5)
     finally:
         if not result.done():

@@ -74,8 +74,9 @@ async def run_tasks(settings: Settings, tasks: list[TaskInput], as_json: bool,
     client = await connect(settings)
     handles = [await start_task(client, settings, task, amount_of(settings, task)) for task in tasks]
     show = not as_json and len(tasks) <= 3
+    progress = [Progress() if show else None for _ in handles]
     results: list[TaskResult | None] = await asyncio.gather(
-        *(follow(h, Progress() if show else None) for h in handles))
+        *(follow(h, p, on_wait=p.waits if p else None) for h, p in zip(handles, progress, strict=True)))
     summaries = []
     for task, result in zip(tasks, results, strict=True):
         assert result is not None

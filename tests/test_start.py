@@ -251,3 +251,65 @@ async def test_an_interrupted_scenario_still_restores_the_edge(client: Client, s
     assert proc.returncode == 130, (proc.returncode, err)
     assert "stopped watching; started tasks go on in Temporal" in err
     assert edge.current() == before
+
+
+async def test_a_ticket_whose_facts_do_not_hold_is_refused_and_nothing_starts(
+        client: Client, settings: Settings, world: World, worker_env: dict[str, str]):
+    """The worker checks the facts (our records, the provider) before the task exists: one line, exit 2."""
+    from core.domain import Invoice, Item
+    from devstack.seed import seed_invoice
+
+    records = Records(Database(settings.agent_db_path))
+    gateway = StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, 10.0)
+    n = uuid.uuid4().hex[:8]
+    unpaid = Order(order_id=f"U-{n}", customer_name="Ana Silva", customer_email="ana@example.com", seller="S",
+                   seller_email="s@example.com", items=[Item(item_id="lamp", description="Lamp", amount_cents=900)])
+    records.put_order(unpaid, "cus_nobody", "pi_nowhere")  # in our records, never paid at the provider
+    gone = Invoice(invoice_id=f"INV-{n}", payee="Nobody Ltd", payee_email="ap@nobody.example", amount_cents=100)
+    seed_invoice(records, gateway, gone)
+    records.put_invoice(gone, "cus_unknown_to_the_provider")
+    cases = [
+        (["support", f"T-{n}-1", "--order", f"NOPE-{n}"], f"no order NOPE-{n} in our records"),
+        (["refund", f"T-{n}-2", "--order", "SU-88421", "--item", "no-such-item"], "order SU-88421 has no item no-such-item"),
+        (["refund", f"T-{n}-3", "--order", unpaid.order_id], "the provider holds no succeeded payment pi_nowhere"),
+        (["payables", f"T-{n}-4", "--invoice", f"INV-NOPE-{n}"], f"no invoice INV-NOPE-{n} in our records"),
+        (["payables", f"T-{n}-5", "--invoice", gone.invoice_id], "the provider does not know its payee"),
+    ]
+    async with running_worker(client, settings):
+        done = [await asyncio.to_thread(starter, ["start", *args[:2], "--text", "please", *args[2:]], worker_env)
+                for args, _ in cases]
+        fine = await asyncio.to_thread(starter, ["start", "refund", f"T-{n}-6", "--text", "the shelf broke",
+                                                 "--order", "SU-88421", "--no-wait"], worker_env)
+    for (args, expected), refused in zip(cases, done):
+        assert refused.returncode == 2, (args, refused)
+        line = refused.stderr.strip()
+        assert len(line.splitlines()) == 1 and f"ticket-{args[1]} not started: " in line and expected in line, line
+        assert refused.stdout == "", refused.stdout
+        assert [e async for e in client.list_workflows(f'WorkflowId="ticket-{args[1]}"')] == []
+    assert fine.returncode == 0 and fine.stdout.startswith(f"ticket-T-{n}-6: started"), fine
+    await client.get_workflow_handle(f"ticket-T-{n}-6").terminate("test over")
+
+
+def test_without_a_worker_the_check_says_so(settings: Settings, worker_env: dict[str, str]):
+    done = starter(["start", "support", "T-no-worker", "--text", "x", "--order", "SU-88421"], worker_env)
+    assert done.returncode == 2, done
+    assert "no worker of task queue" in done.stderr and "is the worker up?" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_a_long_safety_wait_says_what_it_waits_for_and_until_when(
+        client: Client, settings: Settings, world: World, worker_env: dict[str, str], edge: EdgeControl):
+    """A payment whose request was dropped, at a provider that ignores keys: nothing is resent until the
+    request's settle horizon; the progress says so, with the time, instead of only `running`."""
+    import re
+
+    slow = settings.model_copy(update={"stripe_processing_window_seconds": 5.0})
+    async with running_worker(client, slow):
+        done = await asyncio.to_thread(devstack, ["scenario", "INV-9", "--fault", "drop-before-commit", "--edge-mode",
+                                                  "passthrough", "--task-id", f"wait-{uuid.uuid4().hex[:8]}"],
+                                       worker_env)
+    assert done.returncode == 0, done.stderr
+    waits = [line for line in done.stdout.splitlines() if "send_payment" in line and "waits until" in line]
+    assert waits, done.stdout
+    assert re.search(r"send_payment +waits until \d\d:\d\d:\d\d UTC \(in \d+ s\), then runs again \(attempt 2\): "
+                     r".*the request may still land until its settle horizon$", waits[0]), waits
