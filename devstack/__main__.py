@@ -76,6 +76,7 @@ def build_state(stack: Stack) -> dict[str, Any]:
         "data_dir": str(stack.data_dir),
         "ports": {"temporal": stack.temporal_port, "ui": None if stack.headless else stack.ui_port,
                   "localstripe": stack.stripe_port},
+        "codec_endpoint": stack.codec_url if stack.codec is not None else None,
         "ui_url": stack.ui_url,
         "env": stack.env(),
         "processes": processes,
@@ -93,6 +94,9 @@ def print_state(state: dict[str, Any]) -> None:
     print(f"localstripe  http://127.0.0.1:{ports['localstripe']}  (pid {s.get('pid')}, log {s.get('log')})")
     if "worker" in procs:
         print(f"worker       pid {procs['worker']['pid']}  (log {procs['worker']['log']})")
+    if state.get("codec_endpoint"):
+        print(f"codec server {state['codec_endpoint']}  (encrypted payloads: the Web UI uses it; for the temporal CLI "
+              f"`--codec-endpoint {state['codec_endpoint']}`, or the TEMPORAL_CODEC_ENDPOINT export below)")
     print(f"data folder  {state['data_dir']}")
     print()
     print_exports(state["env"])

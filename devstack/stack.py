@@ -63,6 +63,7 @@ class Stack:
             temporal_port=free_port(),
             ui_port=free_port(),
             stripe_port=free_port(),
+            codec_port=free_port(),
             headless=headless,
             with_worker=with_worker,
         )
@@ -111,7 +112,17 @@ class Stack:
             env["APPROVER"], env["APPROVER_KEY_FILE"] = DEMO_APPROVER, str(self.demo_approver_file)
         if os.environ.get("PAYLOAD_ENCRYPTION_KEY"):
             env["PAYLOAD_ENCRYPTION_KEY"] = os.environ["PAYLOAD_ENCRYPTION_KEY"]
+        if self.encrypted:  # the temporal CLI's --codec-endpoint: it shows tasks decrypted
+            env["TEMPORAL_CODEC_ENDPOINT"] = self.codec_url
         return env
+
+    @property
+    def encrypted(self) -> bool:
+        return bool(os.environ.get("PAYLOAD_ENCRYPTION_KEY"))
+
+    @property
+    def codec_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.codec_port}"
 
     @property
     def demo_approver_file(self) -> Path:
@@ -139,6 +150,8 @@ class Stack:
         wanted = {"Temporal": self.temporal_port, "localstripe": self.stripe_port}
         if not self.headless:
             wanted["Temporal Web UI"] = self.ui_port
+        if self.encrypted:
+            wanted["codec server"] = self.codec_port
         if len(set(wanted.values())) < len(wanted):
             raise ConfigError(f"two components were given the same port: {wanted}")
         for what, port in wanted.items():
@@ -155,9 +168,10 @@ class Stack:
         """
         self.check_ports()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if os.environ.get("PAYLOAD_ENCRYPTION_KEY") and not self.headless:
+        if self.encrypted:  # for the Web UI and the temporal CLI
             ui = f"http://{LOOPBACK}:{self.ui_port}"
-            self.codec = CodecServer(self.codec_port, self.log_file("codec"), [ui, ui.replace(LOOPBACK, "localhost")])
+            origins = [] if self.headless else [ui, ui.replace(LOOPBACK, "localhost")]
+            self.codec = CodecServer(self.codec_port, self.log_file("codec"), origins)
             self.codec.detached = self.detached
             self.codec.start()
             self.startup_seconds["codec"] = self.codec.wait_ready(self.timeout)
