@@ -7,7 +7,8 @@ messages and stack traces.
 
 The codec server implements Temporal's remote codec protocol (POST /encode, /decode) so that
 the Web UI, started with --ui-codec-endpoint, shows decrypted payloads to operators. It listens
-on 127.0.0.1 only; the key never leaves the worker, the starter and this server.
+on 127.0.0.1 only (`--host 0.0.0.0` inside a container: docker-compose.yml); the key never leaves the
+worker, the starter and this server.
 
 A payload that cannot be decoded (no key here, another key or key id, garbage) is never raised
 while decoding: anyone who may signal a task can write `binary/encrypted` metadata, and a raise
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("new-key", help="print a new random key")
     serve = sub.add_parser("serve", help="run the codec server for the Web UI")
     serve.add_argument("--port", type=int, default=8888)
+    serve.add_argument("--host", default="127.0.0.1", help="127.0.0.1 unless inside a container")
     serve.add_argument("--ui-origin", action="append", default=None)
     args = parser.parse_args(argv)
     if args.command == "new-key":
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"codec: {err}", file=sys.stderr)
         return 2
     origins = args.ui_origin or ["http://127.0.0.1:8233", "http://localhost:8233"]
-    web.run_app(codec_app(codec, origins), host="127.0.0.1", port=args.port, print=None)
+    web.run_app(codec_app(codec, origins), host=args.host, port=args.port, print=None)
     return 0
 
 
