@@ -111,6 +111,15 @@ _SELLER = _Party("seller_message", lambda o: o.seller_email, "Order {order_id}",
                  lambda o: {"customer email": o.customer_email, "customer name": o.customer_name})
 
 
+@dataclass(frozen=True)
+class _Envelope:
+    """What a message tool sends besides its body: the kind of message, to whom, and its subject."""
+
+    kind: str
+    recipient: str
+    subject: str
+
+
 class ToolActivities:
     """Holds the stores and the payment gateway; one `@tool` method per tool."""
 
@@ -310,9 +319,9 @@ class ToolActivities:
         if record is None:
             return not_performed(call, "unknown_order", f"no order {args.order_id}")
         order = record.order
-        subject = party.subject.format(order_id=args.order_id)
+        to = _Envelope(party.kind, party.address(order), party.subject.format(order_id=args.order_id))
         if await in_thread(self._in_outbox, require_key(call)):  # sent already: answered as sent, not checked again
-            return await self._send(call, party.kind, party.address(order), subject, args.message)
+            return await self._send(call, to, args.message)
         statement = await in_thread(self._money_statement, call, args, record)
         if isinstance(statement, ToolResult):
             return statement
@@ -323,7 +332,7 @@ class ToolActivities:
                             f"the message holds the {' and the '.join(leaked)} of the order's other party; nothing "
                             f"was sent. Write it without them: each party is told only what is theirs.",
                             {"found": leaked})
-        return await self._send(call, party.kind, party.address(order), subject, body, statement)
+        return await self._send(call, to, body, statement)
 
     def _money_statement(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs,
                          record: OrderRecord) -> str | ToolResult | None:
@@ -350,7 +359,7 @@ class ToolActivities:
         record = await self._order(args.order_id)
         if record is None or not any(i.item_id == args.item_id for i in record.order.items):
             return not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
-        return await self._send(call, "pickup", "courier", f"Pickup {args.order_id}/{args.item_id}",
+        return await self._send(call, _Envelope("pickup", "courier", f"Pickup {args.order_id}/{args.item_id}"),
                                 f"Collect {args.item_id} from {record.order.customer_name}")
 
     async def _order(self, order_id: str) -> OrderRecord | None:
@@ -362,11 +371,12 @@ class ToolActivities:
         are: none in the subject or free text, the payment's status against the ledger and the provider."""
         args = SendEmailArgs.model_validate(call.arguments)
         if await in_thread(self._in_outbox, require_key(call)):  # sent already: answered as sent, not checked again
-            return await self._send(call, "email", args.to, args.subject, args.body)
+            return await self._send(call, _Envelope("email", args.to, args.subject), args.body)
         statement = await in_thread(self._payment_statement, call, args)
         if isinstance(statement, ToolResult):
             return statement
-        return await self._send(call, "email", args.to, args.subject, compose(args.body, statement), statement)
+        return await self._send(call, _Envelope("email", args.to, args.subject), compose(args.body, statement),
+                                statement)
 
     def _payment_statement(self, call: ToolInput, args: SendEmailArgs) -> str | ToolResult | None:
         """The money sentence for the email's `payment_status`, from the records; None when it states none;
@@ -385,11 +395,11 @@ class ToolActivities:
             return refused
         return payment_sentence(args.payment_status, invoice_id, truth.effects)
 
-    async def _send(self, call: ToolInput, kind: str, recipient: str, subject: str, body: str,
-                    statement: str | None = None) -> ToolResult:
+    async def _send(self, call: ToolInput, to: _Envelope, body: str, statement: str | None = None) -> ToolResult:
         key = require_key(call)
+        kind, recipient = to.kind, to.recipient
         message = Outgoing(key, call.task_id, call.tool, call.arguments, Attempt.current().call, kind, recipient,
-                           subject, body)
+                           to.subject, body)
         problem = header_problem(message)
         if problem is not None:
             return not_performed(call, "unsafe_header", f"{problem}; nothing was sent")

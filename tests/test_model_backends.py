@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import formatdate
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -443,8 +444,9 @@ def test_retry_after_headers():
     (500, UNAVAILABLE, True), (503, UNAVAILABLE, True), (529, UNAVAILABLE, True),
 ])
 def test_status_classes(status: int, kind: str, retryable: bool):
-    err = status_failure("p", status, {"retry-after": "3"}, {"message": "bad key sk-secret"}, "fallback",
-                         secret="sk-secret", key_variable="P_KEY")
+    answer = SimpleNamespace(status_code=status, response=SimpleNamespace(headers={"retry-after": "3"}),
+                             body={"message": "bad key sk-secret"}, message="fallback")
+    err = status_failure("p", answer, secret="sk-secret", key_variable="P_KEY")
     assert (err.type, err.non_retryable) == (kind, not retryable)
     assert "sk-secret" not in err.message and f"({status})" in err.message
     assert err.next_retry_delay == (timedelta(seconds=3) if retryable else None)

@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Protocol
 
 from temporalio.exceptions import ApplicationError
 
@@ -63,10 +64,28 @@ def retry_after(headers: Mapping[str, str] | None) -> timedelta | None:
     return min(timedelta(seconds=delay), _MAX_RETRY_AFTER)
 
 
-def status_failure(provider: str, status: int, headers: Mapping[str, str] | None, body: object,
-                   fallback: str, *, secret: str, key_variable: str) -> ApplicationError:
+class _Response(Protocol):
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class StatusError(Protocol):
+    """An SDK's error for an HTTP error answer (openai.APIStatusError, anthropic.APIStatusError)."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def response(self) -> _Response: ...
+    @property
+    def body(self) -> object: ...
+    @property
+    def message(self) -> str: ...
+
+
+def status_failure(provider: str, err: StatusError, *, secret: str, key_variable: str) -> ApplicationError:
     """The ApplicationError for an HTTP error answer from the provider."""
-    detail = _scrub(_body_message(body) or fallback, secret)
+    status, headers = err.status_code, err.response.headers
+    detail = _scrub(_body_message(err.body) or err.message, secret)
     if status == 429:
         return ApplicationError(f"{provider} rate limit (429): {detail}", type=RATE_LIMITED,
                                 next_retry_delay=retry_after(headers))

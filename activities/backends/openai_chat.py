@@ -48,8 +48,7 @@ class OpenAIChatBackend:
         try:
             completion = await self._client.chat.completions.create(**request)
         except openai.APIStatusError as err:
-            raise status_failure(PROVIDER, err.status_code, err.response.headers, err.body, err.message,
-                                 secret=self._secret, key_variable=KEY_VARIABLE) from None
+            raise status_failure(PROVIDER, err, secret=self._secret, key_variable=KEY_VARIABLE) from None
         except openai.APIConnectionError as err:
             raise connection_failure(PROVIDER, str(self._client.base_url), err, secret=self._secret) from None
         return reply_from_completion(completion.model_dump(mode="json", exclude_unset=True, warnings=False),
