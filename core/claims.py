@@ -23,6 +23,7 @@ __all__ = ["REFUND_STATUSES", "NamedRefund", "Paid", "PaymentStatus", "RefundSta
 
 RefundStatus = Literal["issued", "not_issued", "pending_review"]
 REFUND_STATUSES: tuple[str, ...] = ("issued", "not_issued", "pending_review")
+PaymentStatus = Literal["paid", "not_paid", "pending_review"]
 
 _WORDS = (
     r"refund\w*|re-?funds?|reimburs\w*|repa(?:y|id)\w*|credit\w*|debit\w*|money|monies|cash\w*|funds?|funded"
@@ -136,8 +137,8 @@ def _money(match: re.Match[str]) -> tuple[int, str, str]:
     return round(float(match.group("amount")) * 100), match.group("currency").lower(), match.group("ref")
 
 
-# The sentences the product writes, per kind: the first once per effect, with the effect's fields; the
-# others with the names of what the statement speaks of.
+# The refund and payment statements. The sentences the product writes, per kind: the first once per
+# effect, with the effect's fields; the others with the names of what the statement speaks of.
 _SENTENCES = {
     "refund": ("Refund issued: {amount} {currency} for item {item_id} of order {order_id}, reference {provider_ref}.",
                "Refund pending review: a refund for {subject} waits for a decision; we will write again.",
@@ -155,8 +156,16 @@ _STATEMENT = re.compile(
     r"|No refund has been issued for (?:item (?P<nitem>\S+) of )?order (?P<norder>\S+)\.)$")
 _ISSUED = re.compile(r"Refund issued: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for item (?P<item>\S+) of "
                      r"order (?P<order>\S+), reference (?P<ref>[^\s,]+)\.")
+_PAYMENT_STATEMENT = re.compile(
+    r"^(?:(?:Payment sent: \d+\.\d{2} [A-Z]{3} for invoice \S+, reference \S+\.(?: |$))+"
+    r"|Payment pending review: the payment of invoice \S+ waits for a decision; we will write again\."
+    r"|No payment has been sent for invoice \S+\.)$")
+_SENT = re.compile(r"Payment sent: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for invoice (?P<invoice>\S+), "
+                   r"reference (?P<ref>[^\s,]+)\.")
 _REFUND = _Statement[RefundStatus](("issued", "pending_review", "not_issued"), *_SENTENCES["refund"], _STATEMENT,
                                    _ISSUED)
+_PAYMENT = _Statement[PaymentStatus](("paid", "pending_review", "not_paid"), *_SENTENCES["payment"], _PAYMENT_STATEMENT,
+                                     _SENT)
 
 
 def money_sentence(status: RefundStatus, order_id: str, item_id: str | None,
@@ -190,18 +199,6 @@ def split_statement(body: str) -> tuple[str, tuple[RefundStatus, list[NamedRefun
             named.append({"item_id": m.group("item"), "amount_cents": cents, "currency": currency, "provider_ref": ref})
         return head, (status, named)
     return head, (status, [{"item_id": match.group("pitem" if status == "pending_review" else "nitem")}])
-
-
-PaymentStatus = Literal["paid", "not_paid", "pending_review"]
-
-_PAYMENT_STATEMENT = re.compile(
-    r"^(?:(?:Payment sent: \d+\.\d{2} [A-Z]{3} for invoice \S+, reference \S+\.(?: |$))+"
-    r"|Payment pending review: the payment of invoice \S+ waits for a decision; we will write again\."
-    r"|No payment has been sent for invoice \S+\.)$")
-_SENT = re.compile(r"Payment sent: (?P<amount>\d+\.\d{2}) (?P<currency>[A-Z]{3}) for invoice (?P<invoice>\S+), "
-                   r"reference (?P<ref>[^\s,]+)\.")
-_PAYMENT = _Statement[PaymentStatus](("paid", "pending_review", "not_paid"), *_SENTENCES["payment"], _PAYMENT_STATEMENT,
-                                     _SENT)
 
 
 def payment_sentence(status: PaymentStatus, invoice_id: str, paid: Sequence[Paid] = ()) -> str:
