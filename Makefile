@@ -50,14 +50,16 @@ $(COMPOSE):
 	-DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose \
 	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-compose)
 
+# STACK_ARGS: other ports or data folder (`make up STACK_ARGS="--data-dir=/tmp/s --temporal-port=7300"`);
+# tests/test_readme.py runs the README's `make up`, `make status` and `make down` so, on free ports.
 up: $(VENV)/.installed
-	@METRICS_PORT=$${METRICS_PORT:-9464} $(PYTHON) -m devstack up --worker
+	@METRICS_PORT=$${METRICS_PORT:-9464} $(PYTHON) -m devstack up --worker $(STACK_ARGS)
 
 down: $(VENV)/.installed
-	@$(PYTHON) -m devstack down
+	@$(PYTHON) -m devstack down $(filter --data-dir=%,$(STACK_ARGS))
 
 status: $(VENV)/.installed
-	@$(PYTHON) -m devstack status
+	@$(PYTHON) -m devstack status $(filter --data-dir=%,$(STACK_ARGS))
 
 bench: $(VENV)/.installed
 	$(PYTHON) -m devstack.bench

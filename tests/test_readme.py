@@ -1,7 +1,9 @@
-"""The README's runbook works as written: its `sh` command blocks, extracted from README.md itself,
-run in order in a fresh bash against a stack like the one `make up` starts (Temporal with its Web
-UI, localstripe behind the edge, a worker process); then its Web UI directions are followed in
-headless Chromium.
+"""The README's runbook works as written, in order, from an empty data folder: its first block runs
+the real `make up` (on free ports and a fresh folder, through the Makefile's STACK_ARGS) and `make
+status`; its `sh` command blocks, extracted from README.md itself, run in order in a fresh bash, each
+exiting 0 (`reconcile` exits 1 only on findings, and a fresh stack has none); its Web UI directions
+are followed in headless Chromium; then `make down` stops the stack and `make status` says it is down
+with a non-zero exit.
 
 The stack runs on free ports, so the shell gets the `export` lines `make up` prints (as a reader who
 changed a port would paste them); with the default ports the commands need none.
@@ -13,19 +15,21 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import subprocess
 import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import async_playwright, expect
 from temporalio.client import Client
 
 from core.models import Checkpoint
-from devstack.__main__ import seed_demo_data
 from devstack.polling import poll_until
-from devstack.stack import Stack
+from devstack.processes import free_port
 from infra.codec import data_converter
 from tests.test_web_ui import CHROMIUM, CHROMIUM_ARGS
 
@@ -40,11 +44,59 @@ def runbook_blocks() -> list[str]:
     return re.findall(r"^```sh\n(.*?)^```", runbook, flags=re.MULTILINE | re.DOTALL)
 
 
+def stack_commands() -> list[str]:
+    """The commands of the README's block that brings the stack up and down: make up, status, down."""
+    text = README.read_text()
+    section = text[text.index("### Bring the stack up and down"):]
+    block = re.search(r"^```\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
+    assert block, "the README shows how to bring the stack up and down"
+    return [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+@dataclass
+class MadeUp:
+    """What `make up` started, read from its output and its state file, as a reader would."""
+
+    data_dir: Path
+    stack_args: str
+    shell_env: dict[str, str]
+    state: dict[str, Any]
+
+    def make(self, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", f"{command} STACK_ARGS='{self.stack_args}'"], cwd=ROOT,
+                              env=self.shell_env, capture_output=True, text=True, timeout=300)
+
+    @property
+    def address(self) -> str:
+        return self.state["env"]["TEMPORAL_ADDRESS"]
+
+    @property
+    def ui_url(self) -> str:
+        return self.state["ui_url"]
+
+
 @pytest.fixture
-def made_up(tmp_path: Path) -> Iterator[Stack]:
-    with Stack.for_tests(tmp_path / "stack", headless=False, with_worker=True) as stack:
-        seed_demo_data(stack.env())  # as `make up` does
+def made_up(tmp_path: Path) -> Iterator[MadeUp]:
+    """`make up` from an empty data folder, on free ports; `make down` afterwards whatever happened."""
+    data_dir = tmp_path / "local"
+    args = (f"--data-dir={data_dir} --temporal-port={free_port()} --ui-port={free_port()} "
+            f"--stripe-port={free_port()}")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PAYLOAD_", "APPROVER"))}
+    up_command, status_command, down_command = stack_commands()
+    assert (up_command, status_command, down_command) == ("make up", "make status", "make down")
+    stack = MadeUp(data_dir, args, {**clean, "METRICS_PORT": str(free_port())}, {})
+    up = stack.make(up_command)
+    try:
+        assert up.returncode == 0, f"make up: exit {up.returncode}\n{up.stderr[-2000:]}\n{up.stdout[-2000:]}"
+        stack.state = json.loads((data_dir / "stack.json").read_text())
+        exports = dict(re.findall(r"^export (\w+)=(.*)$", up.stdout, flags=re.MULTILINE))
+        assert exports, up.stdout
+        # Pasted into the reader's shell: the values are shell-quoted as printed.
+        stack.shell_env = {**clean, **{k: shlex.split(v)[0] for k, v in exports.items()}}
         yield stack
+    finally:
+        down = stack.make(down_command)
+        assert down.returncode == 0, down.stderr
 
 
 def test_the_readme_has_runnable_blocks():
@@ -57,11 +109,12 @@ def test_the_readme_has_runnable_blocks():
     assert "../" not in README.read_text(), "the README points outside the repository"
 
 
-async def test_readme_commands_and_web_ui_directions(made_up: Stack, tmp_path: Path):
+async def test_readme_commands_and_web_ui_directions(made_up: MadeUp, tmp_path: Path):
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing (make test installs it)", pytrace=False)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "PAYLOAD_"))}
-    env.update(made_up.env())
+    status = made_up.make("make status")
+    assert status.returncode == 0 and "worker" in status.stdout and "not running" not in status.stdout, status
+    env = made_up.shell_env
     nothing = await asyncio.to_thread(subprocess.run, [".venv/bin/python", "starter.py", "list"], cwd=ROOT, env=env,
                                       capture_output=True, text=True, timeout=60)
     assert (nothing.returncode, nothing.stdout) == (0, "no task is awaiting human\n"), nothing
@@ -134,7 +187,13 @@ async def test_readme_commands_and_web_ui_directions(made_up: Stack, tmp_path: P
     assert cp.waiting_for is not None and cp.waiting_for.reason == "approval_required"
 
     # The worker served all of the above (faults, retries, escalations): every line it wrote is JSON.
-    lines = [line for line in made_up.log_file("worker").read_text().splitlines() if line.strip()]
+    lines = [line for line in (made_up.data_dir / "worker.log").read_text().splitlines() if line.strip()]
     assert len(lines) > 50
     for line in lines:
         assert isinstance(json.loads(line), dict), line
+
+    # The block's last command, then its status: down, said so, and a non-zero exit.
+    down = made_up.make("make down")
+    assert down.returncode == 0 and "The stack is down." in down.stdout, down
+    after = made_up.make("make status")
+    assert after.returncode != 0 and "not up" in after.stdout, after
