@@ -49,6 +49,7 @@ from activities.ledger import (
     OverBudget,
     Request,
     Settled,
+    Superseded,
 )
 from activities.payments import NotSent, send_before
 from core.models import IntentView, Outcome, SettleInput, SettleVerdict, ToolInput, ToolResult, WorldStatus
@@ -141,17 +142,20 @@ class _Earlier(TypedDict):
 
 
 class Effects:
-    def __init__(self, ledger: EffectLedger, terms: ProviderTerms) -> None:
+    def __init__(self, ledger: EffectLedger, terms: ProviderTerms, clock: Callable[[], float] = time.time) -> None:
+        """`clock` gives epoch seconds: the wall clock, or a simulator's (devstack/sim runs this same code)."""
         self._ledger = ledger
         self._terms = terms
+        self._clock = clock
 
-    def perform(self, intent: Intent) -> ToolResult:
-        """The one path of every counted effect. Raises only to let Temporal retry this same call."""
-        attempt = Attempt.current()
+    def perform(self, intent: Intent, attempt: Attempt | None = None) -> ToolResult:
+        """The one path of every counted effect. Raises only to let Temporal retry this same call.
+        `attempt` defaults to the running activity's."""
+        attempt = attempt or Attempt.current()
         records = self._look(intent, attempt, "before sending", "found at the provider before sending")
         if isinstance(records, ToolResult):
             return records
-        now = time.time()
+        now = self._clock()
         send_by = now + self._terms.lease_seconds
         claim = self._ledger.claim(Request(
             intent_key=intent.key, task_id=intent.call.task_id, tool=intent.call.tool,
@@ -162,6 +166,9 @@ class Effects:
             external_cents=self._external(records), takeover_after_lease=self._terms.honours_keys), now)
         if isinstance(claim, Settled):
             return self._answer_from_ledger(intent.call, attempt, claim.effect)
+        if isinstance(claim, Superseded):
+            return _not_performed(intent.call, attempt, "superseded",
+                                  f"attempt {claim.effect.attempt} of this call has run since: this one sends nothing")
         if isinstance(claim, Doubtful):
             return _unknown(intent.call, attempt, "in_doubt", "an earlier attempt's outcome is unknown")
         if isinstance(claim, Busy):
@@ -176,9 +183,10 @@ class Effects:
         return self._send(intent, attempt, claim)
 
     def decide(self, settle: SettleInput, records: list[ProviderEffect] | None,
-               resources: tuple[str, ...]) -> SettleVerdict:
+               resources: tuple[str, ...], read_at: float | None = None) -> SettleVerdict:
         """A human's word on an intent, checked against the provider's records before the ledger
-        keeps it. `resources` are the intent's (its subject first); no records: not a provider effect."""
+        keeps it. `resources` are the intent's (its subject first); no records: not a provider effect.
+        `read_at`: when the records were read (a not_performed needs them read after the horizon)."""
         found = None
         if records is not None:
             why = self._contradiction(settle, records, resources)
@@ -190,8 +198,9 @@ class Effects:
             settle.intent_key, settle.status, settle.provider_ref, found.amount_cents if found else None,
             {"decided_by": settle.decided_by, "note": settle.note[:500], "source": "human"},
             settle.task_id, settle.tool, settle.arguments, f"human:{settle.decided_by}"),
-            expected=("intent", "unknown", "not_performed"))
-        if effect.status != settle.status and settle.status == "not_performed" and effect.horizon > time.time():
+            expected=("intent", "unknown", "not_performed"), as_of=read_at if records is not None else None)
+        as_of = min(self._clock(), read_at) if records is not None and read_at is not None else self._clock()
+        if effect.status != settle.status and settle.status == "not_performed" and effect.horizon > as_of:
             return SettleVerdict(applied=False, why=f"a request of this intent may still land until "
                                                     f"{_clock(effect.horizon)}: nothing is decided before then")
         if effect.status != settle.status or (found and effect.provider_ref != found.ref):
@@ -203,7 +212,7 @@ class Effects:
         """What the ledger and the provider show for an intent now: read before a person is asked about
         it and before their answer is kept. `records` is None for effects with no provider to read (the
         outbox commits with the ledger row). Moves the ledger only towards what the provider shows."""
-        now = time.time()
+        now = self._clock()
         row = self._ledger.get(key)
         mine, unreadable = None, None
         if records is not None and row is not None and row.status != "performed":
@@ -243,6 +252,10 @@ class Effects:
         record = next((r for r in records if r.ref == settle.provider_ref), None)
         if record is None:
             return f"the provider has no effect {settle.provider_ref} on {resources[0]}"
+        if record.intent_key and record.intent_key != settle.intent_key:
+            # Another intent's request made it, and its worker may not have recorded it yet (found by
+            # devstack/sim: the ledger's by_ref below cannot see it then).
+            return f"{record.ref} was made for intent {record.intent_key}, not this one"
         if record.resources[:1] != resources[:1] and not (record.resources and record.resources[0] in resources[1:]):
             return f"{record.ref} is an effect on {record.resources[0] if record.resources else 'nothing of ours'}, " \
                    f"not on {resources[0]}"
@@ -271,18 +284,30 @@ class Effects:
             with send_before(effect.lease_until):
                 sent = intent.send()
         except NotSent as err:
-            self._ledger.not_performed(effect, {"reason": "not_sent", "message": str(err)})
+            if self._earlier_may_land(claim):
+                self._ledger.release(effect)  # nothing is decided before the earlier request's horizon
+            else:
+                self._ledger.not_performed(effect, {"reason": "not_sent", "message": str(err)})
             raise ApplicationError(str(err), type="NotSent") from None
         except AMBIGUOUS as err:
             return self._after_ambiguous(intent, attempt, effect, describe(err))
         except PROVIDER_ERRORS as err:
             message = redact(str(getattr(err, "user_message", None) or describe(err)))
+            if self._earlier_may_land(claim):  # refusing this request says nothing of the earlier one
+                return self._after_ambiguous(intent, attempt, effect, f"{message} (an earlier request may land)")
             self._ledger.not_performed(effect, {"reason": "provider_rejected", "message": message})
             return _not_performed(intent.call, attempt, "provider_rejected", message)
         crash_point(f"{intent.call.tool}:after_provider")
         self._ledger.performed(effect, sent.ref, sent.amount_cents, {"status": sent.status})
         return _performed(intent.call, attempt, Outcome.PERFORMED, sent.ref, sent.amount_cents,
                           {"status": sent.status})
+
+    def _earlier_may_land(self, claim: Claimed) -> bool:
+        """This attempt took the intent over from a holder whose request may still land (a provider that
+        honours keys lets the lease go before the horizon): found by devstack/sim, where a not_performed
+        written then freed the item's budget for another intent and the late request over-refunded it."""
+        previous = claim.previous
+        return previous is not None and previous.status == "intent" and previous.horizon > self._clock()
 
     def _after_ambiguous(self, intent: Intent, attempt: Attempt, effect: Effect, error: str) -> ToolResult:
         """The request may or may not have landed: ask, never guess, never resend blind."""
@@ -307,7 +332,7 @@ class Effects:
         if attempt.last:
             self._ledger.unknown(effect, {"reason": "unsettled", "message": why})
             return _unknown(call, attempt, "unsettled", why)
-        delay = max(0.5, until - time.time() + 0.25)
+        delay = max(0.5, until - self._clock() + 0.25)
         raise ApplicationError(f"{why}; asking the provider again in {delay:.1f} s", type="OutcomeUnverified",
                                next_retry_delay=timedelta(seconds=delay))
 

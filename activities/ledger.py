@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +124,14 @@ class Doubtful:
 
 
 @dataclass(frozen=True)
+class Superseded:
+    """A later attempt of the same call has claimed the intent: this one is a paused or timed-out
+    attempt that woke up after Temporal moved on, and must send nothing."""
+
+    effect: Effect
+
+
+@dataclass(frozen=True)
 class Busy:
     """Another attempt holds the intent and a request of it may still land until `until`."""
 
@@ -158,18 +167,20 @@ class NeedsApproval:
     ceiling_cents: int
 
 
-Claim = Claimed | Settled | Doubtful | Busy | OverBudget | NeedsApproval
+Claim = Claimed | Settled | Doubtful | Superseded | Busy | OverBudget | NeedsApproval
 
 
 class EffectLedger:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, clock: Callable[[], float] = time.time) -> None:
+        """`clock` gives epoch seconds: the wall clock, or a simulator's (devstack/sim)."""
         self._db = db
+        self._clock = clock
 
     # --- claim ----------------------------------------------------------------------------
 
     def claim(self, request: Request, now: float | None = None) -> Claim:
         """Record the intent and reserve its amounts, or say why this attempt may not send."""
-        now = time.time() if now is None else now
+        now = self._clock() if now is None else now
         with self._db.connect() as conn:
             self._lock_budgets(conn, request.holds)
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock,
@@ -180,6 +191,8 @@ class EffectLedger:
                     return Settled(previous)
                 if previous.status == "unknown":
                     return Doubtful(previous)
+                if previous.owner == request.owner and previous.attempt > request.attempt:
+                    return Superseded(previous)  # found by devstack/sim: it would claim a settled not_performed
                 if previous.status == "intent":
                     until = previous.lease_until if request.takeover_after_lease else previous.horizon
                     if until > now:
@@ -187,9 +200,13 @@ class EffectLedger:
             refusal = self._check_budgets(conn, request) or self._check_ceiling(conn, request)
             if refusal is not None:
                 return refusal
+            # Taking over a holder's lease (a provider that honours keys) keeps its horizon if later: its
+            # request may still land until then (found by devstack/sim).
+            horizon = max(request.horizon, previous.horizon) if previous is not None and previous.status == "intent" \
+                else request.horizon
             params = {"key": request.intent_key, "task": request.task_id, "tool": request.tool,
                       "args": json.dumps(request.arguments, sort_keys=True), "owner": request.owner,
-                      "attempt": request.attempt, "lease": request.lease_until, "horizon": request.horizon,
+                      "attempt": request.attempt, "lease": request.lease_until, "horizon": horizon,
                       "amount": request.amount_cents, "now": now}
             if previous is None:
                 conn.execute(
@@ -270,7 +287,7 @@ class EffectLedger:
     def unseen(self, effect: Effect, detail: dict[str, Any], now: float | None = None) -> bool:
         """Past its horizon, the provider shows nothing of an intent at `intent` or `unknown`: nothing can
         land any more, so it was not performed. Fenced like every write; the amounts go back."""
-        now = time.time() if now is None else now
+        now = self._clock() if now is None else now
         with self._db.connect() as conn:
             moved = conn.execute(
                 "UPDATE effects SET status = 'not_performed', detail = :detail, lease_until = 0, updated_at = :now"
@@ -282,10 +299,12 @@ class EffectLedger:
         return moved
 
     def release(self, effect: Effect) -> bool:
-        """The holder will not send again: the next attempt need not wait for its lease."""
+        """The holder will not send again: the next attempt need not wait for its lease. The horizon
+        stays: the holder's request may still land until then, so nobody may decide the intent not
+        performed (nor free its holds) before it (found by devstack/sim)."""
         with self._db.connect() as conn:
             moved = conn.execute(
-                "UPDATE effects SET lease_until = 0, horizon = 0 WHERE intent_key = :key AND fence = :fence"
+                "UPDATE effects SET lease_until = 0 WHERE intent_key = :key AND fence = :fence"
                 " AND status = 'intent'", {"key": effect.intent_key, "fence": effect.fence}).rowcount == 1
         return moved
 
@@ -297,16 +316,18 @@ class EffectLedger:
                 " detail = :detail, lease_until = 0, updated_at = :now WHERE intent_key = :key"
                 " AND status != 'performed'",
                 {"key": key, "ref": ref, "amount": amount, "detail": json.dumps(detail, sort_keys=True),
-                 "now": time.time()})
+                 "now": self._clock()})
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
-    def decided(self, word: HumanWord, expected: tuple[str, ...]) -> Effect:
+    def decided(self, word: HumanWord, expected: tuple[str, ...], as_of: float | None = None) -> Effect:
         """A human's verified word on an intent; only from the `expected` states (performed is final), and
-        "not performed" only once no earlier request of the intent can land (its horizon has passed)."""
+        "not performed" only once no earlier request of the intent can land (its horizon has passed by
+        `as_of`, when the provider's records it was checked against were read; found by devstack/sim)."""
         key, status, ref, amount, owner = word.intent_key, word.status, word.ref, word.amount_cents, word.owner
         detail = word.detail
-        now = time.time()
+        now = self._clock()
+        cutoff = now if as_of is None else as_of
         with self._db.connect() as conn:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock,
                                {"key": key}).fetchone()
@@ -319,7 +340,7 @@ class EffectLedger:
                      "args": json.dumps(word.arguments, sort_keys=True),
                      "status": status, "owner": owner, "ref": ref, "amount": amount,
                      "detail": json.dumps(detail, sort_keys=True), "now": now})
-            elif row["status"] in expected and not (status == "not_performed" and row["horizon"] > now):
+            elif row["status"] in expected and not (status == "not_performed" and row["horizon"] > min(now, cutoff)):
                 # The horizon stays: a request sent before it may still land until then, whatever was decided.
                 conn.execute(
                     "UPDATE effects SET status = :status, owner = :owner, fence = fence + 1,"
@@ -339,7 +360,7 @@ class EffectLedger:
                 " amount_cents = COALESCE(:amount, amount_cents), detail = :detail, lease_until = 0,"
                 " updated_at = :now WHERE intent_key = :key AND fence = :fence AND status = 'intent'",
                 {"status": status, "ref": ref, "amount": amount, "detail": json.dumps(detail, sort_keys=True),
-                 "now": time.time(), "key": effect.intent_key, "fence": effect.fence}).rowcount == 1
+                 "now": self._clock(), "key": effect.intent_key, "fence": effect.fence}).rowcount == 1
             if moved and status == "not_performed":
                 conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": effect.intent_key})
         if not moved:

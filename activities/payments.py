@@ -20,7 +20,7 @@ first bytes are written (`fenced_session`): what is left between them is one fun
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NoReturn
@@ -51,12 +51,13 @@ def send_before(deadline: float) -> Iterator[None]:
         _send_by.reset(token)
 
 
-def check_send_by(what: str) -> None:
+def check_send_by(what: str, clock: Callable[[], float] = time.time) -> None:
     """Raise NotSent when the current attempt's send-by time has passed; every gateway calls it
-    right before a request leaves."""
+    right before a request leaves (`clock`: the wall clock, or a simulator's)."""
     deadline = _send_by.get()
-    if deadline is not None and time.time() >= deadline:
-        raise NotSent(f"{what} not sent: its send-by time passed {time.time() - deadline:.1f} s ago")
+    now = clock()
+    if deadline is not None and now >= deadline:
+        raise NotSent(f"{what} not sent: its send-by time passed {now - deadline:.1f} s ago")
 
 
 class _FencedHTTP(HTTPConnection):

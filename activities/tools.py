@@ -8,6 +8,7 @@ holding the object that implements it (activities/courier.py is a tool outside t
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -246,7 +247,7 @@ class ToolActivities:
 
     def _record_human_decision(self, settle: SettleInput) -> SettleVerdict:
         read, resources = self._provider_view(settle.tool, settle.arguments)
-        records = None
+        records, read_at = None, time.time()
         if read is not None:
             try:
                 records = read()
@@ -254,7 +255,7 @@ class ToolActivities:
                 if settle.status == "performed":
                     return SettleVerdict(applied=False, why=f"the provider's records cannot be read now "
                                                             f"({describe(err)}): send it again later")
-        return self._effects.decide(settle, records, resources or (settle.intent_key,))
+        return self._effects.decide(settle, records, resources or (settle.intent_key,), read_at)
 
     @activity.defn(name="inspect_intent")
     async def inspect_intent(self, call: InspectInput) -> IntentView:
