@@ -1,5 +1,6 @@
-"""Activity interceptors: steady heartbeats, crash points, redacted failures, and the outcome of every
-tool call as a metric and a structured log line (task id, tool, intent key)."""
+"""Activity interceptors: heartbeats from the pump (activities/heartbeats.py), crash points, redacted
+failures, and the outcome of every tool call as a metric and a structured log line (task id, tool,
+intent key)."""
 
 from __future__ import annotations
 
@@ -9,25 +10,21 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
 from activities.faults import crash_point
+from activities.heartbeats import PUMP, Beat, Send, core_sender
 from core.models import ToolResult
-from core.policies import TOOL_HEARTBEAT
 from infra.redact import redacted_error
 
-# Five beats per heartbeat timeout: the SDK forwards the latest one every 0.8 x the timeout, so one is
-# always waiting to go unless the event loop stalls for 0.8 x the timeout (see core/policies.py).
-HEARTBEAT_EVERY_SECONDS = TOOL_HEARTBEAT.total_seconds() / 5
-# The first beat after 0.3 x the timeout, not at once. The server arms an attempt's heartbeat timer
-# at its start plus the timeout; a heartbeat only makes it arm a later one when that fires, and a
-# timer armed less than a second ahead fires up to a second late (the server's timer queue takes
-# nothing sooner than `history.timerProcessorMaxTimeShift`, 1 s, ahead). A step that ends within
-# 0.3 x the timeout (most do) sends no heartbeat, and a worker killed in one is timed out exactly one
-# timeout after the attempt started; a stall of the event loop up to 0.7 x the timeout is survived.
-FIRST_BEAT_AFTER_SECONDS = TOOL_HEARTBEAT.total_seconds() * 0.3
-
 log = logging.getLogger("agent.tools")
+# Said once per process when a beat has to go through the event loop (see activities/heartbeats.py).
+_FALLBACK_SAID: list[bool] = []
 
 
 class WorkerInterceptor(Interceptor):
@@ -36,14 +33,20 @@ class WorkerInterceptor(Interceptor):
 
 
 class _Inbound(ActivityInboundInterceptor):
+    _outbound: ActivityOutboundInterceptor | None = None
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        self._outbound = outbound
+        super().init(outbound)
+
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        """Heartbeat while the activity runs, so a dead worker is noticed in seconds, not minutes. An
+        """Heartbeat while an activity that declares a heartbeat timeout runs, from the pump's thread, so
+        a dead worker is noticed in seconds and a busy one is not mistaken for dead. An
         error it raises leaves redacted, cause chain included (infra/redact.py): whatever an HTTP
         client quoted (a URL's path and query, a key) never reaches the history or the worker's log."""
         info = activity.info()
         crash_point(f"{info.activity_type}:start")
-        # A local activity (the task's policy) cannot heartbeat: it lives inside a workflow task.
-        beat = None if info.is_local else asyncio.create_task(_heartbeat())
+        beat = self._beat(info)
         try:
             result = await self.next.execute_activity(input)
         except Exception as err:
@@ -56,13 +59,44 @@ class _Inbound(ActivityInboundInterceptor):
             if clean is err:
                 raise
             raise clean from clean.__cause__
+        except asyncio.CancelledError:
+            details = activity.cancellation_details()
+            if details is not None and (details.timed_out or details.not_found):
+                # The server timed this attempt out while it ran: the retry has it (devstack/attempts.py counts these).
+                log.warning("attempt timed out while running: %s %s attempt %d", info.workflow_id,
+                            info.activity_type, info.attempt)
+            raise
         finally:
             if beat is not None:
-                beat.cancel()
+                beat.stop()
         crash_point(f"{info.activity_type}:end")
         if isinstance(result, ToolResult):
             _record(info, result)
         return result
+
+    def _beat(self, info: activity.Info) -> Beat | None:
+        """The attempt's registration with the heartbeat pump, if it declared a heartbeat timeout. A local
+        activity (the task's policy) has none: it lives inside a workflow task. Steps without one are short
+        (their start-to-close timeout bounds them) and need no beats."""
+        if info.is_local or not info.heartbeat_timeout or self._outbound is None:
+            return None
+        send = core_sender(self._outbound, info.task_token) or _through_loop(self._outbound)
+        return PUMP.start(send, info.heartbeat_timeout.total_seconds(), info.started_time,
+                          f"{info.workflow_id}/{info.activity_type}#{info.attempt}")
+
+
+def _through_loop(outbound: ActivityOutboundInterceptor) -> Send:
+    """The SDK's public heartbeat, handed to the event loop: what a beat falls back to when the core
+    cannot be reached from the pump's thread. Liveness then waits for the loop."""
+    if not _FALLBACK_SAID:
+        _FALLBACK_SAID.append(True)
+        log.warning("heartbeats go through the event loop: this temporalio's core is not reachable from the "
+                    "heartbeat pump (activities/heartbeats.py); a busy loop can time live attempts out")
+    loop = asyncio.get_running_loop()
+
+    def send() -> None:
+        loop.call_soon_threadsafe(outbound.heartbeat)
+    return send
 
 
 def _record(info: activity.Info, result: ToolResult) -> None:
@@ -73,10 +107,3 @@ def _record(info: activity.Info, result: ToolResult) -> None:
     log.info("tool %s %s", result.tool, outcome, extra={
         "task_id": info.workflow_id, "tool": result.tool, "intent_key": result.intent_key, "outcome": outcome,
         "reason": result.reason, "attempt": info.attempt})
-
-
-async def _heartbeat() -> None:
-    await asyncio.sleep(FIRST_BEAT_AFTER_SECONDS)
-    while True:
-        activity.heartbeat()
-        await asyncio.sleep(HEARTBEAT_EVERY_SECONDS)

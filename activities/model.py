@@ -89,7 +89,7 @@ class ModelActivities:
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, turn: ModelTurnInput) -> ModelReply:
-        """One model turn; the worker's interceptor heartbeats while the provider thinks."""
+        """One model turn; the heartbeat pump (activities/heartbeats.py) beats while the provider thinks."""
         schemas = [_schema(name) for name in turn.tools if name in REGISTRY]
         if not turn.messages or turn.messages[0].role != "system":  # tasks before this worker sent it themselves
             turn = turn.model_copy(update={"messages": [_SYSTEM, *turn.messages]})

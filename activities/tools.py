@@ -414,7 +414,8 @@ class ToolActivities:
 
 
 async def in_thread(fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
-    """Blocking SQLite and HTTP run off the event loop so heartbeats keep flowing."""
+    """Blocking SQLite and HTTP run off the event loop, which other attempts and workflow tasks share
+    (heartbeats do not depend on it: activities/heartbeats.py)."""
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 

@@ -9,7 +9,7 @@ its attempt's heartbeat timeout runs out, and the retry starts one first interva
 timers of the server, which schedules nothing sooner than `history.timerProcessorMaxTimeShift`
 (1 s) after its timer queue last read: a retry interval under a second often comes out at about a
 second after a timeout, and a heartbeat timer moved on by a heartbeat fires up to a second late
-(activities/interceptors.py sends none in a step's first 0.3 s for that reason). So the heartbeat
+(activities/heartbeats.py sends none in a step's first 0.3 s for that reason). So the heartbeat
 timeout and the first intervals are short, and each class keeps the time its attempts span (the
 sum of its intervals: its window for riding out a real outage) about where it was.
 """
@@ -63,10 +63,10 @@ POLICY_BY_CLASS = {
 }
 
 TOOL_START_TO_CLOSE = timedelta(seconds=60)
-# The SDK sends heartbeats at most every 0.8 x this, and the worker beats five times per timeout
-# (activities/interceptors.py), so a live worker's heartbeats arrive every 0.8 s and a stall of its
-# event loop up to 0.8 s is survived. A longer
-# stall times a live attempt out: its retry then waits for the live one's lease and settle horizon
+# The SDK's core sends heartbeats at most every 0.8 x this; the heartbeat pump beats five times per timeout
+# from a thread of its own (activities/heartbeats.py), however busy the event loop. A live attempt is timed
+# out only if its worker took it and did not start it in time (admission control, worker.py worker_tuner),
+# or a process paused whole: its retry then waits for the live one's lease and settle horizon
 # (activities/effects.py), so it costs time and an attempt, never a second effect.
 TOOL_HEARTBEAT = timedelta(seconds=1)
 MODEL_START_TO_CLOSE = timedelta(seconds=120)
