@@ -27,10 +27,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import SecretStr
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from activities.world import World
 from core.authority import DECISIONS_KEPT
@@ -38,6 +39,7 @@ from infra import connection
 from infra.settings import Settings
 from tests.approvers import ALICE, BOB, signed
 from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
+from workflows import AgentTaskWorkflow
 
 SEED = 20261201
 TASKS = 4
@@ -137,25 +139,33 @@ def _message(rng: random.Random, task_id: str, key: str) -> Message:
     return Message(via, name, args)
 
 
-async def _where(handles: list[WorkflowHandle], sent: dict[str, int]) -> list[str]:
-    """Per task: messages delivered and recorded, its runs, and the last workflow task failure."""
+async def _runs(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """Every run of a task, oldest first."""
+    runs = sorted([w async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")], key=lambda w: w.start_time)
+    return [await client.get_workflow_handle(workflow_id, run_id=w.run_id).fetch_history() for w in runs]
+
+
+async def _where(client: Client, handles: list[WorkflowHandle], sent: dict[str, int], folder: Path) -> list[str]:
+    """Per task: messages delivered and recorded, and for each of its runs the signals and accepted
+    Updates in its history and its failed and timed-out workflow tasks (histories saved in `folder`)."""
     lines = []
     for handle in handles:
+        per_run = []
+        for history in await _runs(client, handle.id):
+            (folder / f"{handle.id}-{history.run_id}.json").write_text(history.to_json())
+            events = history.events
+            per_run.append(
+                f"run {history.run_id[:8]}: "
+                f"{sum(e.HasField('workflow_execution_signaled_event_attributes') for e in events)} signals, "
+                f"{sum(e.HasField('workflow_execution_update_accepted_event_attributes') for e in events)} updates, "
+                f"{sum(e.HasField('workflow_task_failed_event_attributes') for e in events)} task failures, "
+                f"{sum(e.HasField('workflow_task_timed_out_event_attributes') for e in events)} task timeouts")
         try:
             cp = await checkpoint(handle)
+            recorded = f"recorded {sum(cp.decision_counts.values())} {cp.decision_counts}, state {cp.state}"
         except RPCError as err:
-            cp = None
-            why = err.message
-        history = await handle.fetch_history()
-        Path(f"/tmp/hostile-{handle.id}.json").write_text(history.to_json())
-        if cp is None:
-            lines.append(f"{handle.id}: delivered {sent[handle.id]}, query failed: {why}")
-            continue
-        failed = [e.workflow_task_failed_event_attributes.failure.message for e in history.events
-                  if e.HasField("workflow_task_failed_event_attributes")]
-        lines.append(f"{handle.id}: delivered {sent[handle.id]}, recorded {sum(cp.decision_counts.values())} "
-                     f"{cp.decision_counts}, state {cp.state}, run events {len(history.events)}, "
-                     f"workflow task failures {len(failed)}: {failed[-1:]}")
+            recorded = f"query failed: {err.message}"
+        lines.append(f"{handle.id}: delivered {sent[handle.id]}, {recorded}; " + "; ".join(per_run))
     return lines
 
 
@@ -180,7 +190,7 @@ async def _send(handle: WorkflowHandle, message: Message) -> str:
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["payloads in the clear", "payloads encrypted"])
 async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_nothing(
-    keyed: bool, client: Client, settings: Settings, world: World,
+    keyed: bool, client: Client, settings: Settings, world: World, tmp_path: Path,
 ):
     key = base64.b64encode(secrets.token_bytes(32)).decode() if keyed else None
     strict = settings.model_copy(update={"approval_ceiling_cents": 10000,
@@ -201,12 +211,15 @@ async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_noth
         sent = {s.id: sum(1 for g, _ in delivered if g is s) for s in senders}
 
         async def all_recorded():
+            """Every message recorded, and every task back at its question (a run that has just
+            continued as new reads the world before it asks again)."""
             cps = [await checkpoint(h) for h in handles]
-            return cps if all(sum(cp.decision_counts.values()) >= sent[cp.task_id] for cp in cps) else None
+            return cps if all(sum(cp.decision_counts.values()) >= sent[cp.task_id] and cp.state == "awaiting_human"
+                              for cp in cps) else None
         try:
             cps = await wait_for(all_recorded, "every message to be recorded", 300)
-        except TimeoutError as err:
-            raise AssertionError(f"seed {SEED}: {await _where(handles, sent)}") from err
+        except (TimeoutError, RPCError) as err:  # RPCError: a query met a failed workflow task
+            raise AssertionError(f"seed {SEED}: {await _where(product, handles, sent, tmp_path)} (histories in {tmp_path})") from err
 
         updates = [a for (_, m), a in zip(plan, answers) if m.via == "update" and a != "server"]
         assert len(plan) == TASKS * MESSAGES_PER_TASK
@@ -230,3 +243,8 @@ async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_noth
         history = await handle.fetch_history()
         failed = [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
         assert failed == [], f"seed {SEED}: {failed[0].workflow_task_failed_event_attributes.failure.message}"
+    # Every run the flood produced replays: no message changed what the workflow commands on replay.
+    replayer = Replayer(workflows=[AgentTaskWorkflow], data_converter=product.data_converter)
+    for handle in handles:
+        for history in await _runs(product, handle.id):
+            await replayer.replay_workflow(history)

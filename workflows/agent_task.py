@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from core import names, policies
     from core.authority import DECISIONS_KEPT, narrow, out_of_scope, read_decision, screen, signature_holds
     from core.bounds import MAX_WINDOW_BYTES, bounded_reply
+    from core.failures import Decided, Unusable, Waiting
     from core.gate import GateCall, Refused, Rejection, validate_call
     from core.keys import call_signature, derive_intent_key
     from core.models import (
@@ -77,7 +78,7 @@ ALLOWED: dict[EscalationReason, list[Decision]] = {
     "unusable_model_output": ["approve", "abort"],
 }
 _READ_STEPS_KEPT = 20
-_UNUSABLE = ("unknown_tool", "not_offered", "invalid_arguments", "malformed_arguments", "out_of_scope")
+_UNUSABLE = frozenset(Unusable)
 _MAX_VERIFYING = 4  # signature checks in flight at once; more are refused, so a flood cannot queue work
 # What the Web UI shows beside the names in its Send a Signal and Update pickers.
 _RESOLVE_HELP = ("A person's signed decision on the call this task waits for: the JSON that starter.py sign "
@@ -124,6 +125,11 @@ class AgentTaskWorkflow:
         self._wait_attrs = workflow.patched(_WAIT_ATTRIBUTES)
         self._quiet_rollover = workflow.patched(_QUIET_ROLLOVER)
         self._rolling = False  # continuing as new: a decision arriving now is refused, not verified
+        self._counted_rollover = workflow.patched(_COUNTED_ROLLOVER)
+        # A waiting run's history as measured when the wait began, and what messages have added since.
+        self._history_at_wait = (0, 0)
+        self._messages = 0
+        self._message_bytes = 0
         self._answers: list[tuple[ResolveInput, DecisionRecord]] = []  # what `decide` Updates answer
         self._alerts: list[asyncio.Future[None]] = []  # escalation alerts still being delivered
         carry = task.carry
@@ -271,8 +277,29 @@ class AgentTaskWorkflow:
 
     def _rollover_due(self) -> bool:
         """While waiting, continue as new before signals or Updates exhaust the run's history or
-        the server's Updates per run."""
-        return self._boundary and (self._updates >= _UPDATES_PER_RUN or self._history_budget_spent(self._task))
+        the server's Updates per run.
+
+        What messages add is counted by the handlers, from the payloads they receive: the history's
+        length and size as the server reports them change in activations that replay differently
+        (a workflow task that only met an Update its validator refused leaves no event, yet its
+        payload can count in the size; one with no command is replayed merged with the next), so a
+        condition on them wakes the replay at another point than the run, and messages recorded
+        after that point were lost from the run's carry."""
+        if not self._boundary:
+            return False
+        if not self._counted_rollover:
+            return self._updates >= _UPDATES_PER_RUN or self._history_budget_spent(self._task)
+        events, size = self._history_at_wait
+        return (self._updates >= _UPDATES_PER_RUN
+                or events + self._messages * _EVENTS_PER_MESSAGE > self._task.max_history_events
+                or size + self._message_bytes > self._task.max_history_bytes)
+
+    def _received(self, args: Sequence[Any]) -> None:
+        """A signal or an accepted Update: what it adds to the run's history. One payload arrives as a
+        RawValue; two or more arrive decoded (`_raw_payloads`), measured by their text."""
+        self._messages += 1
+        self._message_bytes += _MESSAGE_OVERHEAD_BYTES + sum(
+            arg.payload.ByteSize() if isinstance(arg, RawValue) else len(repr(arg)) for arg in args)
 
     def _history_budget_spent(self, task: TaskInput) -> bool:
         info = workflow.info()
@@ -474,7 +501,7 @@ class AgentTaskWorkflow:
 
     async def _reject_call(self, task: TaskInput, call: GateCall, decision: ResolveInput,
                            reason: EscalationReason) -> ToolResult:
-        return _human_result(call, Outcome.NOT_PERFORMED, decision, reason="rejected_by_human")
+        return _human_result(call, Outcome.NOT_PERFORMED, decision, reason=Decided.REJECTED_BY_HUMAN)
 
     async def _settle(self, task: TaskInput, call: GateCall, decision: ResolveInput,
                       reason: EscalationReason) -> ToolResult | Refused:
@@ -557,6 +584,10 @@ class AgentTaskWorkflow:
                 self._alerts.append(asyncio.ensure_future(alert))
             else:
                 await alert
+        if self._counted_rollover:  # main code, in a workflow task that starts the wait's timer: replays alike
+            info = workflow.info()
+            self._history_at_wait = (info.get_current_history_length(), info.get_current_history_size())
+            self._messages = self._message_bytes = 0
         try:
             await workflow.wait_condition(lambda: self._decision is not None or self._rollover_due(),
                                           timeout=timedelta(seconds=timeout))
@@ -581,11 +612,13 @@ class AgentTaskWorkflow:
     async def resolve(self, *args: Any) -> None:
         """A person's decision, from the Web UI or `temporal workflow signal`. A decision of any shape
         or size is recorded in the checkpoint; only a valid signed one changes anything."""
+        self._received(args)
         await self._consider("signal", args)
 
     @workflow.signal(dynamic=True)
     async def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Any other signal is recorded in the checkpoint and changes nothing."""
+        self._received(args)
         self._log_decision("signal", "ignored", f"no signal named {name[:64]!r}; decisions go to `resolve`")
 
     @workflow.update(name="decide", description=_DECIDE_HELP)
@@ -594,6 +627,7 @@ class AgentTaskWorkflow:
         """The same decision for callers that need an answer. A decision that does not apply is
         recorded too, and the caller gets why as the Update's failure."""
         self._updates += 1
+        self._received(args)
         return await self._receipt(await self._consider("update", args))
 
     @decide.validator
@@ -618,6 +652,7 @@ class AgentTaskWorkflow:
     async def on_update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
         """Any other Update is recorded too (when it gets past the validator) and refused."""
         self._updates += 1
+        self._received(args)
         record = self._log_decision("update", "ignored", f"no update named {name[:64]!r}; decisions go to `decide`")
         return await self._receipt(record)
 
@@ -855,6 +890,11 @@ _BOUNDARY = "human-boundary"
 _WAIT_ATTRIBUTES = "wait-search-attributes"
 # Handlers schedule nothing once the run has decided to continue as new (`_continue_as_new`).
 _QUIET_ROLLOVER = "quiet-rollover"
+# Since this change a waiting run continues as new on what its handlers counted, not on the history's
+# length and size as the server reports them in the wait's condition (`_rollover_due`).
+_COUNTED_ROLLOVER = "counted-rollover"
+_EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)
+_MESSAGE_OVERHEAD_BYTES = 512  # an event's own fields beside the payload
 _ANSWERS_KEPT = 8
 _UPDATES_PER_RUN = 1000  # the server refuses Updates past 2,000 per run (limit.workflowExecution.maxTotalUpdates)
 _ENDED = ("completed", "dead_lettered", "cancelled")
@@ -880,9 +920,9 @@ def _human_result(call: GateCall, outcome: Outcome, decision: ResolveInput, reas
 
 
 def _escalation_reason(result: ToolResult) -> EscalationReason | None:
-    if result.reason == "approval_required":
+    if result.reason == Waiting.APPROVAL_REQUIRED:
         return "approval_required"
-    if result.reason == "attempts_exhausted":
+    if result.reason == Waiting.ATTEMPTS_EXHAUSTED:
         return "attempts_exhausted"
     if result.outcome is Outcome.UNKNOWN:
         return "unknown_outcome"
