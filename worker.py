@@ -16,7 +16,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import ResourceBasedSlotConfig, Worker, WorkerTuner
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
 from activities.authority import AuthorityActivities, public_key_from
@@ -35,7 +35,7 @@ from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.redact import install_log_redaction, redact
 from infra.schedules import ensure_reconcile_schedule
-from infra.settings import Settings, load_settings
+from infra.settings import Settings, cores, load_settings
 from workflows import AgentTaskWorkflow, ReconcileWorkflow
 
 log = logging.getLogger("worker")
@@ -99,13 +99,46 @@ def message_limits(settings: Settings) -> MessageLimits:
     return MessageLimits(per_recipient=settings.messages_per_recipient, per_task=settings.messages_per_task)
 
 
+# Worker options that size the worker's slots themselves; any of them replaces the tuner of the settings.
+SLOT_OPTIONS = ("tuner", "max_concurrent_workflow_tasks", "max_concurrent_activities",
+                "max_concurrent_local_activities", "max_concurrent_nexus_tasks")
+
+
+def worker_tuner(settings: Settings) -> WorkerTuner:
+    """Admission control: the slots the worker polls with. A fixed tuner takes at most the settings' slots
+    of each kind; the resource-based one adds slots above one per core only while the machine's CPU and
+    memory are under their targets, up to the same numbers. An attempt the worker has not polled waits in
+    the task queue and no timeout of it runs; one it has polled is started at the server, its heartbeat
+    and start-to-close timers running, so the worker polls only when it can run what it gets."""
+    workflow, activities, local = settings.slots
+    if settings.worker_tuner == "fixed":
+        return WorkerTuner.create_fixed(workflow_slots=workflow, activity_slots=activities,
+                                        local_activity_slots=local)
+    floor = cores()
+    return WorkerTuner.create_resource_based(
+        target_memory_usage=settings.worker_target_memory, target_cpu_usage=settings.worker_target_cpu,
+        workflow_config=ResourceBasedSlotConfig(minimum_slots=min(2 * floor, workflow), maximum_slots=workflow),
+        activity_config=ResourceBasedSlotConfig(minimum_slots=min(floor, activities), maximum_slots=activities),
+        local_activity_config=ResourceBasedSlotConfig(minimum_slots=min(floor, local), maximum_slots=local))
+
+
+def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    """What every worker of ours gets (the bare side of devstack's comparisons too), `overrides` over it:
+    the settings' tuner unless the overrides size the slots themselves, a short sticky queue timeout, and
+    a graceful shutdown."""
+    sized = any(overrides.get(name) is not None for name in SLOT_OPTIONS)
+    return {**({} if sized else {"tuner": worker_tuner(settings)}),
+            "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+            "graceful_shutdown_timeout": timedelta(seconds=5), **overrides}
+
+
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
                  workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
                  backend: ModelBackend | None = None, replace: Sequence[Callable[..., Any]] = (),
-                 more_tools: Sequence[object] = (), **worker_options: Any) -> Worker:
-    """A worker for the agent task queue. `worker_options` go to temporalio's Worker over the settings
-    below (e.g. max_concurrent_activities, max_concurrent_workflow_tasks, workflow_runner,
-    sticky_queue_schedule_to_start_timeout); without them the worker is as it always was. `replace`
+                 more_tools: Sequence[object] = (), **overrides: Any) -> Worker:
+    """A worker for the agent task queue. `overrides` go to temporalio's Worker over the settings
+    of `worker_options()` (e.g. max_concurrent_activities or tuner instead of the settings' slots,
+    workflow_runner, sticky_queue_schedule_to_start_timeout). `replace`
     registers other activities under the names of ours (the demo's naive refund tool). `more_tools`
     are objects with `@tool` methods for opt-in tools (activities/courier.py); an opt-in tool that no
     object here implements is not offered to any task. Every log line of the process is redacted from
@@ -142,8 +175,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
                     ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn,
                     FactActivities(db, gateway).check_facts],
         interceptors=[WorkerInterceptor()],
-        **{"max_concurrent_activities": 100, "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
-           "graceful_shutdown_timeout": timedelta(seconds=5), **worker_options},
+        **worker_options(settings, **overrides),
     )
 
 

@@ -9,6 +9,7 @@ model backend reads them from the environment itself (activities/backends/).
 from __future__ import annotations
 
 import base64
+import os
 import sys
 from pathlib import Path
 from typing import Literal
@@ -66,6 +67,23 @@ class Settings(BaseSettings):
     messages_per_task: int = Field(default=6, ge=1, description="messages one task may send in all")
     disabled_tools: str = Field(default="", description="comma-separated tools no task of this worker gets")
     reconcile_every_minutes: float = Field(default=5, ge=0, description="0 turns the reconciliation schedule off")
+    # Admission control (worker.py `worker_tuner`, docs/scale.md): how many tasks of each kind the worker
+    # takes from Temporal at once. A task it has not taken waits in the task queue, where waiting is free;
+    # one it has taken counts against its timeouts, so the worker takes only what it can start now.
+    worker_tuner: Literal["fixed", "resource"] = Field(default="fixed", description="fixed: at most the slots"
+                                                       " below; resource: the SDK's resource-based tuner between"
+                                                       " one per core and the slots below, holding the machine"
+                                                       " at WORKER_TARGET_CPU")
+    worker_activity_slots: int | None = Field(default=None, ge=1, description="activity attempts running at"
+                                              " once; unset: 8 per core")
+    worker_workflow_slots: int | None = Field(default=None, ge=2, description="workflow tasks at once; unset:"
+                                              " 8 per core")
+    worker_local_activity_slots: int | None = Field(default=None, ge=1, description="local activities at"
+                                                    " once; unset: 8 per core")
+    worker_target_cpu: float = Field(default=0.8, gt=0, le=1, description="resource tuner: the machine's CPU"
+                                     " use above which no slot is added")
+    worker_target_memory: float = Field(default=0.8, gt=0, le=1, description="resource tuner: the same for"
+                                        " memory")
 
     @property
     def database(self) -> str:
@@ -94,8 +112,23 @@ class Settings(BaseSettings):
         return {name.strip(): key.strip() for name, _, key in pairs}
 
     @property
+    def slots(self) -> tuple[int, int, int]:
+        """Workflow, activity and local activity slots: as set, else 8 per core this process may use."""
+        per_core = 8 * cores()
+        return (self.worker_workflow_slots or per_core, self.worker_activity_slots or per_core,
+                self.worker_local_activity_slots or per_core)
+
+    @property
     def disabled_tool_set(self) -> frozenset[str]:
         return frozenset(t.strip() for t in self.disabled_tools.split(",") if t.strip())
+
+
+def cores() -> int:
+    """The CPU cores this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def load_settings() -> Settings:
