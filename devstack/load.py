@@ -12,6 +12,9 @@ Stripe edge in dedupe mode with no faults) it runs:
   takes (its model turns and tool calls, counted from a harness result), each a no-op: what the
   same steps cost on the same server with nothing of ours around them.
 
+Both sides' workers get `worker.worker_options` (the settings' slots: admission control), and
+`--worker-option` over it.
+
 Throughput: N tasks started at once, from the first start to the last result (tasks/s and
 activities/s); `--rounds` alternates which side goes first and the figures are the mean.
 Latency: single tasks one after another (after a short warm-up), from start to result, p50/p99
@@ -19,6 +22,12 @@ Latency: single tasks one after another (after a short warm-up), from start to r
 options; the CPU seconds of the Temporal server, localstripe and this process during each
 throughput phase show where the time goes. `--profile` runs one more harness round sampled by
 py-spy (devstack/profile.py) and prints where this process's Python CPU went.
+
+Honesty: after the rounds, every task's history of each side is read (devstack/attempts.py) for the
+attempts the server timed out while the worker ran them (no worker is killed here, so every timeout
+is of a live attempt; the worker's own log lines count them too), the activity retries by cause and
+the escalations to a person by cause. No fault is injected, so the run exits 1 when any attempt was
+timed out or any task escalated.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from activities.db import Database
 from activities.payments import StripeGateway
 from client import start_task
 from core.models import TaskResult
+from devstack import attempts
 from devstack.bench_bare import BARE_ACTIVITY, BareTaskWorkflow
 from devstack.profile import Profile, sampled
 from devstack.scenarios import batch_ticket
@@ -56,14 +66,10 @@ from devstack.stack import STRIPE_API_KEY, Stack
 from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.settings import Settings
-from worker import build_worker
+from worker import build_worker, worker_options
 
 WARMUP = 3
 HARNESS_QUEUE, BARE_QUEUE = "load-harness", "load-bare"
-# What build_worker sets for every caller; the bare worker gets the same.
-BASE_OPTIONS: dict[str, Any] = {"max_concurrent_activities": 100,
-                                "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
-                                "graceful_shutdown_timeout": timedelta(seconds=5)}
 
 
 @activity.defn(name=BARE_ACTIVITY)
@@ -71,11 +77,22 @@ async def bare_step(step: int) -> int:
     return step
 
 
-def bare_worker(client: Client, task_queue: str, **options: Any) -> Worker:
-    """The bare side's worker: build_worker's options (and `options` over them), no harness."""
+def bare_worker(client: Client, task_queue: str, settings: Settings, **options: Any) -> Worker:
+    """The bare side's worker: build_worker's options for these settings (and `options` over them), no harness."""
     ensure_bytecode(BareTaskWorkflow)  # as build_worker does for ours
     return Worker(client, task_queue=task_queue, workflows=[BareTaskWorkflow], activities=[bare_step],
-                  **{**BASE_OPTIONS, **options})
+                  **worker_options(settings, **options))
+
+
+def slots_described(settings: Settings, options: dict[str, Any]) -> str:
+    """The admission control both sides ran with."""
+    sized = [f"{k}={options[k]}" for k in ("tuner", "max_concurrent_workflow_tasks", "max_concurrent_activities",
+                                           "max_concurrent_local_activities") if options.get(k) is not None]
+    if sized:
+        return ", ".join(sized)
+    workflow, activity_slots, local = settings.slots
+    return (f"{settings.worker_tuner} tuner, slots: {workflow} workflow tasks, {activity_slots} activities, "
+            f"{local} local activities")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -121,6 +138,10 @@ class Load:
         self.next_ticket = 1
         self.activities_per_task = 0
         self.history: dict[str, tuple[int, int]] = {}
+        self.ids: dict[str, list[str]] = {"harness": [], "bare": []}
+        self.notices = attempts.WorkerNotices()
+        self.worker_saw: dict[str, int] = {"harness": 0, "bare": 0}
+        attempts.watching(self.notices)
 
     def tickets(self, count: int) -> list:
         tasks = [batch_ticket(n) for n in range(self.next_ticket, self.next_ticket + count)]
@@ -131,16 +152,31 @@ class Load:
         return build_worker(self.client, self.settings, HARNESS_QUEUE, **self.options)
 
     def bare_worker(self) -> Worker:
-        return bare_worker(self.client, BARE_QUEUE, **self.options)
+        return bare_worker(self.client, BARE_QUEUE, self.settings, **self.options)
+
+    def worker(self, side: str) -> Worker:
+        return self.harness_worker() if side == "harness" else self.bare_worker()
+
+    def seen(self, side: str) -> None:
+        """What the worker of `side`, just stopped, saw of its attempts being timed out."""
+        self.worker_saw[side] += self.notices.taken()
+
+    async def honesty(self) -> dict[str, attempts.Attempts]:
+        sides = {side: await attempts.read(self.client, ids) for side, ids in self.ids.items()}
+        for side, tally in sides.items():
+            tally.worker_saw = self.worker_saw[side]
+        return sides
 
     # one task of each side, started; returns an awaitable of its end
     async def start_harness(self, task) -> Callable[[], Awaitable[Any]]:
         handle = await start_task(self.client, self.settings.model_copy(update={"task_queue": HARNESS_QUEUE}), task)
+        self.ids["harness"].append(handle.id)
         return handle.result
 
     async def start_bare(self, task_id: str) -> Callable[[], Awaitable[Any]]:
         handle = await self.client.start_workflow(BareTaskWorkflow.run, self.activities_per_task, id=task_id,
                                                   task_queue=BARE_QUEUE, task_timeout=timedelta(seconds=3))
+        self.ids["bare"].append(handle.id)
         return handle.result
 
     async def latency(self, side: str, count: int) -> list[float]:
@@ -207,35 +243,41 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(seed_scenarios, Database(settings.agent_db_path),
                                 StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders)
         print(f"seeded {orders} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
-        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(stack.address, data_converter=pydantic_data_converter,
+                                      runtime=attempts.forwarding_runtime())
         load = Load(client, settings, stack, options)
 
         latency: dict[str, list[float]] = {}
-        async with load.harness_worker():
-            latency["harness"] = await load.latency("harness", args.latency)
-        async with load.bare_worker():
-            latency["bare"] = await load.latency("bare", args.latency)
+        for side in ("harness", "bare"):
+            async with load.worker(side):
+                latency[side] = await load.latency(side, args.latency)
+            load.seen(side)
         print(f"latency measured; {load.activities_per_task} steps per task", flush=True)
 
         rounds: dict[str, list[dict[str, float]]] = {"harness": [], "bare": []}
         for r in range(args.rounds):
             order = ("bare", "harness") if r % 2 == 0 else ("harness", "bare")
             for side in order:
-                async with (load.harness_worker() if side == "harness" else load.bare_worker()):
+                async with load.worker(side):
                     rounds[side].append(await load.throughput(side, args.tickets, r))
+                load.seen(side)
                 print(f"round {r + 1} {side}: {rounds[side][-1]['tasks_per_s']:.1f} tasks/s", flush=True)
         profile = Profile()
         if args.profile:
             async with load.harness_worker():
                 with sampled(profile, args.profile_out):
                     await load.throughput("harness", args.tickets, args.rounds)
+            load.seen("harness")
             print("profiled round done", flush=True)
+        honesty = await load.honesty()
     shown = {k: v for k, v in options.items() if k != "workflow_runner"}
     if args.sandbox != "default":
         shown["sandbox"] = args.sandbox
     if args.gc_threshold:
         shown["gc"] = f"freeze, gen0 threshold {args.gc_threshold}"
-    return {"options": {k: str(v) for k, v in shown.items()}, "threads": args.threads,
+    return {"options": {k: str(v) for k, v in shown.items()}, "slots": slots_described(settings, options),
+            "threads": args.threads, "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
+            "notices": load.notices.lines,
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
             "rounds": rounds,
             "tickets": args.tickets,
@@ -252,7 +294,8 @@ def report(result: dict[str, Any]) -> str:
     lat = result["latency"]
     lines = [
         f"{result['tickets']} tasks at once x {len(result['rounds']['harness'])} rounds per side, "
-        f"{result['activities_per_task']} activities per task; worker options {result['options'] or 'as build_worker'}"
+        f"{result['activities_per_task']} activities per task; {result['slots']}; "
+        f"worker options {result['options'] or 'as build_worker'}"
         + (f", {result['threads']} threads for blocking I/O" if result["threads"] else ""),
         "",
         "| | harness | bare Temporal | harness / bare |",
@@ -271,10 +314,25 @@ def report(result: dict[str, Any]) -> str:
         h, b = mean("harness", key), mean("bare", key)
         lines.append(f"| CPU s per task: {key[4:]} | {h / result['tickets'] * 1000:.1f} ms | "
                      f"{b / result['tickets'] * 1000:.1f} ms | |")
+    lines += attempts.rows(honest(result))
+    if result["notices"]:
+        lines += ["", "The worker's first lines about attempts timed out while running:", "",
+                  *(f"    {line}" for line in result["notices"])]
     if result.get("profile"):
         lines += ["", "Profile of one more harness round (worker and client in this process):", "",
                   result["profile"]]
     return "\n".join(lines)
+
+
+def honest(result: dict[str, Any]) -> dict[str, attempts.Attempts]:
+    return {side: attempts.Attempts.from_dict(tally) for side, tally in result["honesty"].items()}
+
+
+def dishonest(result: dict[str, Any]) -> list[str]:
+    """Why the run fails: attempts timed out while alive, escalations where no fault was injected."""
+    return [f"{side}: {why}" for side, tally in honest(result).items()
+            for why in ([f"{tally.live_timed_out} live attempt(s) timed out"] if tally.live_timed_out else [])
+            + ([f"escalated {dict(tally.escalations)} with no fault injected"] if tally.escalations else [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,7 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(run(args))
     print()
     print(json.dumps(result, indent=1) if args.json else report(result))
-    return 0
+    failures = dishonest(result)
+    for failure in failures:
+        print(f"FAIL {failure}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,13 @@ Beside it, unless `--no-bare`: bare Temporal's week on the same server, as many 
 activities each (a plain ticket's model turns and tool calls, as `devstack.load`'s bare side), started
 the same way, timed from the first start to the last completion. Both clocks read settled tasks from
 a visibility count every 2 s, so each figure may be up to 2 s late.
+
+Honesty, read from every task's history of both sides afterwards (devstack/attempts.py): attempts the
+server timed out while the worker ran them (no worker is killed here, so every timeout is of a live
+attempt; the worker's own log lines count them too), activity retries by cause, and escalations to a
+person by cause and by ticket kind. Exit 1 also when a live attempt was timed out, or a ticket other
+than an over-the-ceiling one or a second ticket (which may race its earlier refund by design) was
+handed to a person.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from core.domain import Item, Order
 from core.kinds import TaskKind
 from core.models import TaskInput
 from core.names import STATUS_ATTR
+from devstack import attempts
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
 from devstack.load import bare_worker
@@ -62,6 +70,8 @@ from worker import build_worker
 
 QUEUE, BARE_QUEUE = "week", "week-bare"
 BARE_STEPS = 7  # a plain ticket: four model turns, three tool calls
+# Ticket kinds that may wait for a person without anything being wrong.
+MAY_ESCALATE = ("over-ceiling", "second")
 # The provider terms of this run: a fault's retry waits out the request's settle horizon
 # (send-by + timeout + window), so they are kept short, as chaos does.
 CLIENT_TIMEOUT, WINDOW = 2.0, 1.0
@@ -175,7 +185,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"seeded {len(week.orders)} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
         edge = EdgeControl(stack.stripe_url)
         edge.configure("dedupe", fault_rules(args.fault_rate))
-        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
+        client = await Client.connect(stack.address, data_converter=pydantic_data_converter,
+                                      runtime=attempts.forwarding_runtime())
+        notices = attempts.WorkerNotices()
+        attempts.watching(notices)
         sem = asyncio.Semaphore(50)
 
         async def start(ticket: Ticket) -> WorkflowHandle:
@@ -187,12 +200,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.gather(*(start(t) for t in week.tickets))
             results = await settle(client, len(week.tickets), started, args.deadline)
             elapsed = time.perf_counter() - started
+        harness_saw = notices.taken()
         faults = {k.removeprefix("fault:"): v for k, v in edge.stats().items()
                   if k.startswith("fault:") and k.count(":") == 1}
         edge.configure("dedupe", [])
         world = judge(World(Database(settings.database), StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)),
                       week, results)
-        bare = None if args.no_bare else await bare_week(client, len(week.tickets), args.deadline)
+        bare = None if args.no_bare else await bare_week(client, settings, len(week.tickets), args.deadline)
+        by_kind = {kind: await attempts.read(client, [t.task.task_id for t in week.tickets if t.kind == kind])
+                   for kind in dict.fromkeys(t.kind for t in week.tickets)}
+        honesty = {"harness": sum(by_kind.values(), attempts.Attempts()),
+                   **({} if args.no_bare else {"bare": await attempts.read(
+                       client, [f"week-bare-{n:05d}" for n in range(len(week.tickets))])})}
+        honesty["harness"].worker_saw = harness_saw
+        if "bare" in honesty:
+            honesty["bare"].worker_saw = notices.taken()
     kinds = Counter(t.kind for t in week.tickets)
     return {"tickets": len(week.tickets), "orders": len(week.orders), "seconds": elapsed,
             "tasks_per_s": len(week.tickets) / elapsed, "kinds": dict(kinds), "faults": faults,
@@ -200,10 +222,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "states_by_kind": {k: dict(Counter(results.get(t.task.task_id, "lost")
                                                for t in week.tickets if t.kind == k))
                                for k in kinds},
-            "world": world, "bare_seconds": bare}
+            "world": world, "bare_seconds": bare,
+            "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
+            "escalations_by_kind": {kind: dict(tally.escalations) for kind, tally in by_kind.items()
+                                    if tally.escalations},
+            "notices": notices.lines}
 
 
-async def bare_week(client: Client, count: int, deadline: float) -> float:
+async def bare_week(client: Client, settings: Settings, count: int, deadline: float) -> float:
     """Seconds for `count` bare tasks of BARE_STEPS no-op activities, started 50 at a time as the
     tickets are, on a worker with build_worker's options; NaN when they did not all complete."""
     sem = asyncio.Semaphore(50)
@@ -217,7 +243,7 @@ async def bare_week(client: Client, count: int, deadline: float) -> float:
         done = f'TaskQueue = "{BARE_QUEUE}" AND ExecutionStatus = "Completed"'
         return (await client.count_workflows(done)).count >= count
 
-    async with bare_worker(client, BARE_QUEUE):
+    async with bare_worker(client, BARE_QUEUE, settings):
         started = time.perf_counter()
         await asyncio.gather(*(start(n) for n in range(count)))
         try:  # as settle(): a visibility count every 2 s
@@ -263,7 +289,24 @@ def report(r: dict[str, Any]) -> str:
     lines += [f"| end states, {kind} | {', '.join(f'{k} {v}' for k, v in states.items())} |"
               for kind, states in r["states_by_kind"].items()]
     lines += [f"| {k} | {v} |" for k, v in r["world"].items()]
+    sides = {side: attempts.Attempts.from_dict(tally) for side, tally in r["honesty"].items()}
+    lines += ["", f"| | {' | '.join('harness' if s == 'harness' else 'bare Temporal' for s in sides)} |",
+              f"|---|{'---|' * len(sides)}", *attempts.rows(sides)]
+    lines += [f"| escalations, {kind} tickets | {', '.join(f'{k} {v}' for k, v in causes.items())} |"
+              for kind, causes in r["escalations_by_kind"].items()]
+    if r["notices"]:
+        lines += ["", "The worker's first lines about attempts timed out while running:", "",
+                  *(f"    {line}" for line in r["notices"])]
     return "\n".join(lines)
+
+
+def dishonest(r: dict[str, Any]) -> list[str]:
+    """Attempts timed out while alive (either side), tasks handed to a person that had no reason to be."""
+    sides = {side: attempts.Attempts.from_dict(tally) for side, tally in r["honesty"].items()}
+    return ([f"{side}: {tally.live_timed_out} live attempt(s) timed out" for side, tally in sides.items()
+             if tally.live_timed_out]
+            + [f"{kind} tickets escalated: {causes}" for kind, causes in r["escalations_by_kind"].items()
+               if kind not in MAY_ESCALATE])
 
 
 def bare_rows(r: dict[str, Any]) -> list[str]:
@@ -296,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = (world["items paid twice (refunds above the price)"] or world["orders refunded beyond what was paid"]
            or world["provider refunds per intent key above one"]
            or world["lost (not completed, dead-lettered or waiting)"])
-    return 1 if bad else 0
+    failures = dishonest(result)
+    for failure in failures:
+        print(f"FAIL {failure}")
+    return 1 if bad or failures else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+"""Honest under load (issue 26): a worker takes only the work it can run, and a live attempt is never
+timed out by the server, however busy the worker's event loop.
+
+Judged on the histories (devstack/attempts.py, as `make load` judges): no attempt timed out, every
+activity done in its first attempt. No sleeps to wait and no timing assertions: a blocked event loop is
+made by a CPU-bound step that holds it for several heartbeat timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from activities.db import Database
+from activities.interceptors import WorkerInterceptor
+from activities.payments import StripeGateway
+from activities.world import World
+from devstack import attempts
+from devstack.scenarios import batch_ticket
+from devstack.seed import seed_scenarios
+from devstack.stack import STRIPE_API_KEY
+from infra.settings import Settings
+from tests.helpers import start, unique
+from worker import build_worker
+
+HEARTBEAT = timedelta(seconds=1)
+HOLD_SECONDS = 4 * HEARTBEAT.total_seconds()  # the server times out a silent attempt within 2 s
+
+
+@activity.defn(name="hold_the_loop")
+async def hold_the_loop(seconds: float) -> int:
+    """CPU-bound on the event loop: nothing else of this worker's loop runs until it returns (no await)."""
+    deadline, spins = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        spins += sum(range(200)) > 0
+    return spins
+
+
+@activity.defn(name="hold_the_loop")
+async def beat_then_hold_the_loop(seconds: float) -> int:
+    """The same step on a worker without the pump: it heartbeats the SDK's way (through the event loop)
+    before holding it, as the interceptor's asyncio task did."""
+    activity.heartbeat()
+    return await hold_the_loop(seconds)
+
+
+@workflow.defn(name="HoldTheLoop", sandboxed=False)
+class HoldTheLoop:
+    @workflow.run
+    async def run(self, seconds: float) -> str:
+        try:
+            await workflow.execute_activity(
+                "hold_the_loop", seconds, result_type=int, heartbeat_timeout=HEARTBEAT,
+                start_to_close_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError as err:
+            return f"failed: {err.cause}"
+        return "completed"
+
+
+async def _hold(client: Client, worker_interceptors: list, step) -> tuple[str, attempts.Attempts]:
+    queue = f"hold-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=queue, workflows=[HoldTheLoop], activities=[step],
+                      interceptors=worker_interceptors, workflow_runner=UnsandboxedWorkflowRunner()):
+        handle = await client.start_workflow(HoldTheLoop.run, HOLD_SECONDS, id=queue, task_queue=queue)
+        outcome = await handle.result()
+        tally = await attempts.read(client, [handle.id])
+    return outcome, tally
+
+
+async def test_the_pump_keeps_an_attempt_alive_while_its_event_loop_is_blocked(client: Client):
+    outcome, tally = await _hold(client, [WorkerInterceptor()], hold_the_loop)
+    assert outcome == "completed"
+    assert tally.activities == 1 and not tally.retries, tally.as_dict()  # attempt 1 closed it
+    assert not tally.timeouts, tally.as_dict()
+
+
+async def test_without_the_pump_the_same_blocked_loop_times_the_attempt_out(client: Client):
+    """The control: the hold is long enough to time out an attempt whose beats wait for the loop."""
+    outcome, tally = await _hold(client, [], beat_then_hold_the_loop)
+    assert outcome.startswith("failed"), outcome
+    assert tally.timeouts == {"heartbeat timeout": 1}, tally.as_dict()
+
+
+TICKETS, SLOTS = 50, 4
+
+
+async def test_a_backlog_beyond_the_slots_waits_in_the_queue_and_no_live_attempt_times_out(
+    client: Client, settings: Settings, world: World,
+):
+    """50 tickets at once on a worker allowed 4 activity slots (tool calls and model turns declare a 1 s
+    heartbeat timeout): the backlog waits in the task queue, not in the worker, so every attempt starts
+    when it is taken and none is timed out."""
+    seed_scenarios(Database(settings.database), StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, 10.0),
+                   batch=TICKETS)
+    small = settings.model_copy(update={"worker_activity_slots": SLOTS})
+    tasks = [batch_ticket(n).model_copy(update={"task_id": unique(f"ticket-B-{n:05d}")})
+             for n in range(1, TICKETS + 1)]
+    async with build_worker(client, small):
+        handles = [await start(client, settings, task) for task in tasks]
+        results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 600)
+    assert {r.state for r in results} == {"completed"}
+    tally = await attempts.read(client, [h.id for h in handles])
+    assert tally.activities >= TICKETS * 3, tally.as_dict()
+    assert not tally.timeouts and not tally.workflow_task_timeouts, tally.as_dict()
+    assert not tally.retries, tally.as_dict()  # every activity closed by its first attempt
+    assert not tally.escalations, tally.as_dict()
+    assert await _most_started_at_once(client, [h.id for h in handles]) <= SLOTS  # 4 when measured
+
+
+async def _most_started_at_once(client: Client, workflow_ids: list[str]) -> int:
+    """The most activity attempts the server had handed to the worker and not yet seen closed, from the
+    events' times (a start and a close at the same instant: the close first)."""
+    edges: list[tuple[float, int]] = []
+    for workflow_id in workflow_ids:
+        events = (await client.get_workflow_handle(workflow_id).fetch_history()).events
+        for event in events:
+            at = event.event_time.ToNanoseconds()
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                edges.append((at, +1))
+            elif event.event_type in (EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+                                      EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+                                      EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT):
+                edges.append((at, -1))
+    most = running = 0
+    for _, step in sorted(edges):
+        running += step
+        most = max(most, running)
+    return most
