@@ -180,16 +180,25 @@ async def checkpoint_of(client: Client, task_id: str, rpc_timeout: timedelta | N
     return cp
 
 
+_DECIDE_TRIES = 3
+
+
 async def decide(client: Client, decision: ResolveInput) -> DecisionReceipt:
     """Send a signed decision through the task's `decide` Update: the answer is what was applied."""
     handle = client.get_workflow_handle(decision.task_id)
-    try:
-        receipt: DecisionReceipt = await handle.execute_update("decide", decision, result_type=DecisionReceipt)
-    except WorkflowUpdateFailedError as err:
-        raise ClientError(f"decision not applied: {getattr(err.cause, 'message', err.cause)}") from None
-    except RPCError as err:
-        raise ClientError(f"no task {decision.task_id}: {err.message}") from None
-    return receipt
+    for _ in range(_DECIDE_TRIES):
+        try:
+            receipt: DecisionReceipt = await handle.execute_update("decide", decision, result_type=DecisionReceipt)
+        except WorkflowUpdateFailedError as err:
+            raise ClientError(f"decision not applied: {getattr(err.cause, 'message', err.cause)}") from None
+        except RPCError as err:
+            # The server aborts an Update still in flight when the task continues as new; nothing of
+            # it was applied, and the same signed decision goes to the new run.
+            if "aborted" in err.message:
+                continue
+            raise ClientError(f"no task {decision.task_id}: {err.message}") from None
+        return receipt
+    raise ClientError(f"decision not delivered: {decision.task_id} kept continuing as new; send it again")
 
 
 async def redrive(client: Client, settings: Settings, task_id: str, force: bool = False,
