@@ -11,8 +11,9 @@ From a history:
   so N-1 retries, one of them by that failure's cause (a heartbeat or start-to-close timeout, the
   error type an attempt raised) and N-2 by causes the history does not keep;
 - an activity whose last attempt timed out closes with `ActivityTaskTimedOut`;
-- a workflow task timed out (`WorkflowTaskTimedOut`, a worker that took a workflow task and did not
-  answer in time) is counted beside them;
+- a workflow task timed out (`WorkflowTaskTimedOut`) is counted beside them, by timeout:
+  start-to-close (a worker took it and did not answer in time) or schedule-to-start (nobody took
+  it from a worker's sticky queue within 2 s, so it went to the shared queue);
 - an escalation is an upsert that sets `AgentEscalation` (workflows/agent_task.py `_set_state`), by
   its value: `unknown_outcome`, `approval_required`, `attempts_exhausted`, `dead_letter`...
 
@@ -53,7 +54,7 @@ class Attempts:
     activities: int = 0
     retries: Counter[str] = field(default_factory=Counter)  # cause -> retries
     timeouts: Counter[str] = field(default_factory=Counter)  # "heartbeat timeout" -> attempts timed out
-    workflow_task_timeouts: int = 0
+    workflow_task_timeouts: Counter[str] = field(default_factory=Counter)  # "schedule-to-start timeout" -> count
     escalations: Counter[str] = field(default_factory=Counter)  # reason -> escalations
     worker_saw: int = 0  # attempts the worker saw timed out while it ran them (WorkerNotices)
 
@@ -75,7 +76,8 @@ class Attempts:
             elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
                 self.timeouts[_cause(event.activity_task_timed_out_event_attributes.failure)] += 1
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-                self.workflow_task_timeouts += 1
+                kind = event.workflow_task_timed_out_event_attributes.timeout_type
+                self.workflow_task_timeouts[_timeout_name(kind)] += 1
             elif event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
                 fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
                 if ESCALATION_ATTR.name in fields:
@@ -101,11 +103,11 @@ class Attempts:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Attempts:
         return cls(data["tasks"], data["activities"], Counter(data["retries"]), Counter(data["timeouts"]),
-                   data["workflow_task_timeouts"], Counter(data["escalations"]), data["worker_saw"])
+                   Counter(data["workflow_task_timeouts"]), Counter(data["escalations"]), data["worker_saw"])
 
     def as_dict(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "activities": self.activities, "retries": dict(self.retries),
-                "timeouts": dict(self.timeouts), "workflow_task_timeouts": self.workflow_task_timeouts,
+                "timeouts": dict(self.timeouts), "workflow_task_timeouts": dict(self.workflow_task_timeouts),
                 "escalations": dict(self.escalations), "worker_saw": self.worker_saw,
                 "live_timed_out": self.live_timed_out}
 
@@ -121,15 +123,15 @@ def rows(sides: dict[str, Attempts]) -> list[str]:
                 (f"{a.timed_out_in_histories} / {a.worker_saw}" for a in parts)),
             row("attempts timed out, by timeout", (cell(a.timeouts) for a in parts)),
             row("activity retries, by cause of the failed attempt", (cell(a.retries) for a in parts)),
-            row("workflow tasks timed out", (a.workflow_task_timeouts for a in parts)),
+            row("workflow tasks timed out, by timeout (schedule-to-start: a sticky queue's, the task went to the"
+                " shared queue)", (cell(a.workflow_task_timeouts) for a in parts)),
             row("escalations to a person, by cause", (cell(a.escalations) for a in parts))]
 
 
 def _cause(failure: Failure) -> str:
     """A failure's cause in a few words: `heartbeat timeout`, `start-to-close timeout`, an error's type."""
     if failure.HasField("timeout_failure_info"):
-        kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type).removeprefix("TIMEOUT_TYPE_")
-        return f"{kind.lower().replace('_', '-')} timeout"
+        return _timeout_name(failure.timeout_failure_info.timeout_type)
     if failure.HasField("application_failure_info"):
         return failure.application_failure_info.type or "application error"
     if failure.HasField("canceled_failure_info"):
@@ -137,6 +139,10 @@ def _cause(failure: Failure) -> str:
     if failure.HasField("cause"):
         return _cause(failure.cause)
     return failure.message[:60] or "unknown"
+
+
+def _timeout_name(kind: TimeoutType.ValueType) -> str:
+    return f"{TimeoutType.Name(kind).removeprefix('TIMEOUT_TYPE_').lower().replace('_', '-')} timeout"
 
 
 def _keyword(data: bytes) -> str | None:
