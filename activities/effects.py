@@ -88,19 +88,40 @@ class ProviderTerms:
 
 
 @dataclass(frozen=True)
+class Ask:
+    """Which step of a task's workflow touches an intent: the workflow (`caller`) and when Temporal
+    scheduled the step's activity (`generation`). A workflow schedules a call's next ask, its reading of
+    the world and a person's word only after the earlier ask ended, so later steps have later
+    generations, across continue-as-new too; the ledger refuses an attempt of an earlier ask."""
+
+    caller: str
+    generation: float
+
+    @classmethod
+    def current(cls) -> Ask | None:
+        """The running activity's, or None outside one."""
+        if not activity.in_activity():
+            return None
+        info = activity.info()
+        return cls(info.workflow_id or info.activity_id, info.scheduled_time.timestamp())
+
+
+@dataclass(frozen=True)
 class Attempt:
-    """One attempt of one tool call: the call (workflow run, activity) and Temporal's attempt number."""
+    """One attempt of one tool call: the call (workflow run, activity), Temporal's attempt number, and
+    the ask it belongs to (None: not fenced by asks)."""
 
     call: str
     number: int
     last: bool
+    ask: Ask | None = None
 
     @classmethod
     def current(cls) -> Attempt:
         info = activity.info()
         limit = info.retry_policy.maximum_attempts if info.retry_policy else 1
         return cls(f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}", info.attempt,
-                   bool(limit) and info.attempt >= limit)
+                   bool(limit) and info.attempt >= limit, Ask.current())
 
 
 @dataclass(frozen=True)
@@ -163,12 +184,13 @@ class Effects:
             amount_cents=intent.amount, holds=intent.holds, lease_until=send_by,
             horizon=self._terms.horizon(send_by), ceiling_cents=intent.ceiling_cents,
             approved=intent.call.approval is not None and intent.call.approval.intent_key == intent.call.intent_key,
-            external_cents=self._external(records), takeover_after_lease=self._terms.honours_keys), now)
+            external_cents=self._external(records), takeover_after_lease=self._terms.honours_keys,
+            caller=attempt.ask.caller if attempt.ask else None,
+            generation=attempt.ask.generation if attempt.ask else None), now)
         if isinstance(claim, Settled):
             return self._answer_from_ledger(intent.call, attempt, claim.effect)
         if isinstance(claim, Superseded):
-            return _not_performed(intent.call, attempt, "superseded",
-                                  f"attempt {claim.effect.attempt} of this call has run since: this one sends nothing")
+            return _not_performed(intent.call, attempt, "superseded", f"{claim.why}: this attempt sends nothing")
         if isinstance(claim, Doubtful):
             return _unknown(intent.call, attempt, "in_doubt", "an earlier attempt's outcome is unknown")
         if isinstance(claim, Busy):
@@ -183,10 +205,13 @@ class Effects:
         return self._send(intent, attempt, claim)
 
     def decide(self, settle: SettleInput, records: list[ProviderEffect] | None,
-               resources: tuple[str, ...], read_at: float | None = None) -> SettleVerdict:
+               resources: tuple[str, ...], read_at: float | None = None, ask: Ask | None = None) -> SettleVerdict:
         """A human's word on an intent, checked against the provider's records before the ledger
         keeps it. `resources` are the intent's (its subject first); no records: not a provider effect.
-        `read_at`: when the records were read (a not_performed needs them read after the horizon)."""
+        `read_at`: when the records were read (a not_performed needs them read after the horizon).
+        `ask`: the workflow step recording it; every earlier ask's attempts are stale from then on."""
+        if ask is not None:
+            self._ledger.advance(settle.intent_key, ask.caller, ask.generation)
         found = None
         if records is not None:
             why = self._contradiction(settle, records, resources)
@@ -208,10 +233,15 @@ class Effects:
                                                     f"({effect.provider_ref}); performed is final")
         return SettleVerdict(applied=True)
 
-    def inspect(self, key: str, records: Callable[[], list[ProviderEffect]] | None) -> IntentView:
+    def inspect(self, key: str, records: Callable[[], list[ProviderEffect]] | None,
+                ask: Ask | None = None) -> IntentView:
         """What the ledger and the provider show for an intent now: read before a person is asked about
         it and before their answer is kept. `records` is None for effects with no provider to read (the
-        outbox commits with the ledger row). Moves the ledger only towards what the provider shows."""
+        outbox commits with the ledger row). Moves the ledger only towards what the provider shows.
+        `ask`: the workflow step reading it; the workflow has moved past every earlier ask, whose
+        attempts claim nothing from now on (a not_performed read here may be told to the customer)."""
+        if ask is not None:
+            self._ledger.advance(key, ask.caller, ask.generation)
         now = self._clock()
         row = self._ledger.get(key)
         mine, unreadable = None, None

@@ -6,9 +6,13 @@
 
 Every claim of an intent bumps its `fence`; every transition names the fence it holds and the
 state it expects, so a write from an attempt that lost the intent (a paused worker waking up)
-changes nothing. The claim also reserves the intent's amount against business resources (an
-order item, an order, an invoice) in the same transaction: an item is refunded at most its
-price and an invoice paid once, whatever the number of tickets, tasks or calls.
+changes nothing. A claim that holds nothing yet is fenced by its ask: `effect_asks` keeps, per intent
+and caller (a task's workflow), the latest ask (its generation: when Temporal scheduled the call) and
+attempt that touched the intent, and an attempt of an older ask, or an older attempt of the same ask,
+claims nothing: its caller has moved on, whatever was settled since. The claim also reserves the
+intent's amount against business resources (an order item, an order, an invoice) in the same
+transaction: an item is refunded at most its price and an invoice paid once, whatever the number of
+tickets, tasks or calls.
 
 SQLite: the unit of work holds the write lock from its first statement (`BEGIN IMMEDIATE`).
 PostgreSQL: the budget rows and the intent row are locked `FOR UPDATE`, in a fixed order.
@@ -84,6 +88,8 @@ class Request:
     approved: bool = False
     external_cents: dict[str, int] = field(default_factory=dict)
     takeover_after_lease: bool = False
+    caller: str | None = None  # the task's workflow: asks are ordered within one caller
+    generation: float | None = None  # the ask: when the call was scheduled (later asks, higher)
 
 
 @dataclass(frozen=True)
@@ -125,10 +131,12 @@ class Doubtful:
 
 @dataclass(frozen=True)
 class Superseded:
-    """A later attempt of the same call has claimed the intent: this one is a paused or timed-out
-    attempt that woke up after Temporal moved on, and must send nothing."""
+    """A later attempt of the same call, or a later ask of the same caller, has touched the intent: this
+    one is a paused or timed-out attempt that woke up after Temporal and its workflow moved on, and must
+    send nothing."""
 
-    effect: Effect
+    effect: Effect | None
+    why: str
 
 
 @dataclass(frozen=True)
@@ -186,13 +194,19 @@ class EffectLedger:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key" + self._db.lock,
                                {"key": request.intent_key}).fetchone()
             previous = Effect.from_row(row) if row else None
+            newer = self._newer_ask(conn, request)
             if previous is not None:
                 if previous.status == "performed":
                     return Settled(previous)
                 if previous.status == "unknown":
                     return Doubtful(previous)
+            if newer is not None:
+                # Found by devstack/sim: an attempt of an earlier ask, paused before its claim, woke after a
+                # later ask (or the workflow's reading of the world) settled the intent, and sent again.
+                return Superseded(previous, newer)
+            if previous is not None:
                 if previous.owner == request.owner and previous.attempt > request.attempt:
-                    return Superseded(previous)  # found by devstack/sim: it would claim a settled not_performed
+                    return Superseded(previous, f"attempt {previous.attempt} of this call has run since")
                 if previous.status == "intent":
                     until = previous.lease_until if request.takeover_after_lease else previous.horizon
                     if until > now:
@@ -226,6 +240,35 @@ class EffectLedger:
             effect = Effect.from_row(conn.execute("SELECT * FROM effects WHERE intent_key = :key",
                                                   {"key": request.intent_key}).one())
         return Claimed(effect, previous)
+
+    def _newer_ask(self, conn: _Session, request: Request) -> str | None:
+        """Record this attempt as its caller's latest on the intent, unless a later ask or attempt of the
+        caller has touched the intent already: then say which."""
+        if request.caller is None or request.generation is None:
+            return None
+        latest = self._advance(conn, request.intent_key, request.caller, request.generation, request.attempt)
+        if (latest["generation"], latest["attempt"]) <= (request.generation, request.attempt):
+            return None
+        if latest["generation"] > request.generation:
+            return f"a later ask of this call (scheduled at {latest['generation']:.3f}) has touched the intent since"
+        return f"attempt {latest['attempt']} of this call has run since"
+
+    def _advance(self, conn: _Session, key: str, caller: str, generation: float, attempt: int) -> Row:
+        conn.execute(
+            "INSERT INTO effect_asks (intent_key, caller, generation, attempt, updated_at) VALUES (:key, :caller,"
+            " :generation, :attempt, :now) ON CONFLICT (intent_key, caller) DO UPDATE SET generation ="
+            " excluded.generation, attempt = excluded.attempt, updated_at = excluded.updated_at"
+            " WHERE effect_asks.generation < excluded.generation OR (effect_asks.generation = excluded.generation"
+            " AND effect_asks.attempt < excluded.attempt)",
+            {"key": key, "caller": caller, "generation": generation, "attempt": attempt, "now": self._clock()})
+        return conn.execute("SELECT generation, attempt FROM effect_asks WHERE intent_key = :key AND caller = :caller",
+                            {"key": key, "caller": caller}).one()
+
+    def advance(self, key: str, caller: str, generation: float) -> None:
+        """A later step of the caller's workflow on the intent (reading the world, a person's word): every
+        attempt of an earlier ask is stale from now on and claims nothing."""
+        with self._db.connect() as conn:
+            self._advance(conn, key, caller, generation, 0)
 
     def _lock_budgets(self, conn: _Session, holds: tuple[Hold, ...]) -> None:
         for hold in sorted(holds, key=lambda h: h.resource):
@@ -309,8 +352,16 @@ class EffectLedger:
         return moved
 
     def found(self, key: str, ref: str, amount: int, detail: dict[str, Any]) -> Effect | None:
-        """The provider holds the effect: performed, whoever holds the fence. Performed stays final."""
+        """The provider holds the effect: performed, whoever holds the fence. Performed stays final.
+        Found on an intent settled not performed, the provider landed a request after the horizon it
+        promised (found by devstack/sim's late provider): the row says so (`late_landing`), for people."""
         with self._db.connect() as conn:
+            row = conn.execute("SELECT status FROM effects WHERE intent_key = :key" + self._db.lock,
+                               {"key": key}).fetchone()
+            if row is not None and row["status"] == "not_performed":
+                detail = {**detail, "late_landing": True}
+                log.error("the provider holds an effect of an intent settled not performed: it landed after its "
+                          "settle horizon", extra={"intent_key": key, "provider_ref": ref})
             conn.execute(
                 "UPDATE effects SET status = 'performed', provider_ref = :ref, amount_cents = :amount,"
                 " detail = :detail, lease_until = 0, updated_at = :now WHERE intent_key = :key"

@@ -17,7 +17,7 @@ from temporalio import activity
 
 from activities.claims import Truth, payment_records, refund_records
 from activities.db import Database
-from activities.effects import PROVIDER_ERRORS, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
+from activities.effects import PROVIDER_ERRORS, Ask, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
 from activities.faults import crash_point
 from activities.ledger import EffectLedger, Hold
 from activities.payments import KEY_FIELD, StripeGateway, intent_key_of, metadata_of
@@ -255,7 +255,7 @@ class ToolActivities:
                 if settle.status == "performed":
                     return SettleVerdict(applied=False, why=f"the provider's records cannot be read now "
                                                             f"({describe(err)}): send it again later")
-        return self._effects.decide(settle, records, resources or (settle.intent_key,), read_at)
+        return self._effects.decide(settle, records, resources or (settle.intent_key,), read_at, Ask.current())
 
     @activity.defn(name="inspect_intent")
     async def inspect_intent(self, call: InspectInput) -> IntentView:
@@ -264,7 +264,7 @@ class ToolActivities:
 
     def _inspect_intent(self, call: InspectInput) -> IntentView:
         read, _ = self._provider_view(call.tool, call.arguments)
-        return self._effects.inspect(call.intent_key, read)
+        return self._effects.inspect(call.intent_key, read, Ask.current())
 
     def _provider_view(self, tool: str, arguments: dict[str, Any]
                        ) -> tuple[Callable[[], list[ProviderEffect]] | None, tuple[str, ...]]:

@@ -214,7 +214,7 @@ def test_a_ledger_at_the_previous_migration_gets_the_nonce_table(tmp_path: Path)
         command.upgrade(config, "0002")
     db.create()
     with sqlite3.connect(db.path) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0004"
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0005"
         columns = [r[1] for r in conn.execute("PRAGMA table_info(decision_nonces)")]
     assert columns == ["nonce", "task_id", "intent_key", "decided_by", "first_seen_by", "expires_at", "created_at"]
     with db.engine.begin() as conn:

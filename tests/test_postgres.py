@@ -62,7 +62,7 @@ def test_migrations_create_the_schema_and_are_idempotent(pg_url: str):
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()["version_num"]
     assert {"effects", "orders", "outbox", "alerts", "dead_letters", "reconciliations", "budgets", "holds",
             "decision_nonces"} <= tables
-    assert version == "0004"
+    assert version == "0005"
 
 
 def _claim_many(url: str, key: str, threads: int, go, results) -> None:
