@@ -38,17 +38,31 @@ from dataclasses import dataclass, field
 from temporalio.exceptions import ApplicationError
 
 from activities.db import Database
-from activities.effects import Attempt, Effects, Intent, ProviderTerms
+from activities.effects import Ask, Attempt, Effects, Intent, ProviderTerms
 from activities.ledger import Hold
 from core.keys import derive_intent_key
 from core.models import SETTLED, Outcome, SettleInput, ToolInput, ToolResult
 from core.policies import MONEY_POLICY, TOOL_HEARTBEAT
 from core.tools import REGISTRY
 from devstack.sim.scheduler import Actor, Scheduler
-from devstack.sim.world import VARIANTS, Faults, Gateway, Post, Provider, SteppedLedger, Ticket, Variant, fresh_database
+from devstack.sim.world import (
+    INVOICE,
+    INVOICE_ID,
+    PROFILES,
+    VARIANTS,
+    Faults,
+    Gateway,
+    Post,
+    Provider,
+    SteppedLedger,
+    Ticket,
+    Variant,
+    fresh_database,
+)
 
 ORDER = "ORD-SIM-1"
 ITEMS = {"mug": 4000, "lamp": 2500}
+LIMITS = {**ITEMS, INVOICE: 7000}  # what each subject may be refunded or paid in total
 START = 1_800_000_000.0
 MAX_ASKS = 3  # the model asks again after a retryable not_performed
 WORLD_READS = 4  # workflows/agent_task.py _WORLD_READS
@@ -66,6 +80,7 @@ class Result:
     honours_keys: bool
     failure: str | None
     trace: list[str] = field(default_factory=list)
+    profile: str = "default"
 
     @property
     def ok(self) -> bool:
@@ -75,7 +90,12 @@ class Result:
 def _scenario(rng: random.Random) -> list[tuple[str, str, int]]:
     """The tickets of a run: (task, item, amount). Duplicate tickets for one item, and an item
     refunded in two halves, are where budgets and keys matter most."""
-    shape = rng.choice(["one", "duplicate", "halves", "halves-and-duplicate", "two-items"])
+    shape = rng.choice(["one", "duplicate", "halves", "halves-and-duplicate", "two-items", "invoice",
+                        "invoice-twice"])
+    if shape == "invoice":  # send_payment: one hold, the invoice
+        return [("T1", INVOICE, LIMITS[INVOICE])]
+    if shape == "invoice-twice":  # two tasks paying one invoice share its intent key (no task in it)
+        return [("T1", INVOICE, LIMITS[INVOICE]), ("T2", INVOICE, LIMITS[INVOICE])]
     if shape == "one":
         return [("T1", "mug", ITEMS["mug"])]
     if shape == "duplicate":
@@ -92,7 +112,9 @@ class Run:
                  faults: Faults | None = None) -> None:
         self.rng = random.Random(seed)
         self.seed, self.variant, self.budget = seed, variant, steps
+        self.faults = faults or Faults()
         honours = variant.honours_keys if variant.honours_keys is not None else self.rng.random() < 0.5
+        honours = honours if self.faults.honours_keys is None else self.faults.honours_keys
         self.terms = ProviderTerms(honours_keys=honours)
         self.sched = Scheduler(START)
         self.provider = Provider(honours, ORDER, ITEMS)
@@ -101,7 +123,6 @@ class Run:
         self.ledger = ledger  # read directly (no pause points) by the checks
         stepped = SteppedLedger(ledger, self.sched)
         self.effects = Effects(stepped, self.terms, clock=self.sched.clock)  # type: ignore[arg-type]
-        self.faults = faults or Faults()
         self.gateway = Gateway(self.sched, self.provider, self.rng, self.terms.request_timeout_seconds,
                                self.terms.processing_window_seconds, variant.fenced, self.faults)
         self.tickets = [self._ticket(t, item, amount) for t, item, amount in _scenario(self.rng)]
@@ -114,9 +135,12 @@ class Run:
         self.step_count = 0
 
     def _ticket(self, task_id: str, item: str, amount: int) -> Ticket:
-        arguments = {"order_id": ORDER, "item_id": item, "amount_cents": amount, "currency": "usd"}
-        key = derive_intent_key("issue_refund", REGISTRY["issue_refund"].key_fields, arguments, {"task_id": task_id})
-        return Ticket(task_id, item, amount, key, arguments)
+        tool = "send_payment" if item == INVOICE else "issue_refund"
+        arguments: dict[str, object] = {"invoice_id": INVOICE_ID, "payee": "Sim Supplies", "amount_cents": amount,
+                                        "currency": "usd"} if tool == "send_payment" else \
+            {"order_id": ORDER, "item_id": item, "amount_cents": amount, "currency": "usd"}
+        key = derive_intent_key(tool, REGISTRY[tool].key_fields, arguments, {"task_id": task_id})
+        return Ticket(task_id, item, amount, key, arguments, tool)
 
     def log(self, line: str) -> None:
         self.trace.append(f"{self.step_count:4d} t+{self.sched.now - START:7.2f}s {line}")
@@ -124,20 +148,23 @@ class Run:
     # --- the workflow's side of a call -------------------------------------------------------
 
     def _intent(self, ticket: Ticket, call: ToolInput) -> Intent:
+        resources = self.provider.resources(ticket.item)  # the subject first; then, for a refund, the order
+        limits = (LIMITS[ticket.item], sum(ITEMS.values()))[:len(resources)]
         return Intent(call=call, key=ticket.key, amount=ticket.amount,
-                      holds=(Hold(f"item:{ORDER}/{ticket.item}", ITEMS[ticket.item], ticket.amount),
-                             Hold(f"order:{ORDER}", sum(ITEMS.values()), ticket.amount)),
+                      holds=tuple(Hold(resource, limit, ticket.amount)
+                                  for resource, limit in zip(resources, limits, strict=True)),
                       records=self.gateway.records(), send=self.gateway.refund(ticket.key, ticket.item, ticket.amount))
 
     def _activity(self, ticket: Ticket, ask: int) -> ToolResult:
         """Temporal running one tool activity: attempts under the money policy, an attempt that stops
         heartbeating (paused or killed) timed out after the heartbeat timeout and retried."""
-        call = ToolInput(task_id=ticket.task_id, tool="issue_refund", arguments=ticket.arguments,
+        call = ToolInput(task_id=ticket.task_id, tool=ticket.tool, arguments=ticket.arguments,
                          intent_key=ticket.key)
-        call_id, limit = f"{ticket.task_id}/run/{ask}", MONEY_POLICY.maximum_attempts
+        call_id, limit = f"{ticket.task_id}/run/{ask}", self.faults.attempts or MONEY_POLICY.maximum_attempts
         interval = MONEY_POLICY.initial_interval.total_seconds()
+        scheduled = Ask(ticket.task_id, self.sched.now)  # Temporal's scheduled_time of this ask's activity
         for number in range(1, limit + 1):
-            attempt = Attempt(call_id, number, number >= limit)
+            attempt = Attempt(call_id, number, number >= limit, scheduled)
             actor = self.sched.spawn(f"{ticket.task_id}/ask{ask}#{number}", "attempt",
                                      lambda a=attempt: self._perform(ticket, call, a))
             self.attempts.append(actor)
@@ -157,7 +184,7 @@ class Run:
             interval = min(interval * MONEY_POLICY.backoff_coefficient,
                            (MONEY_POLICY.maximum_interval or MONEY_POLICY.initial_interval).total_seconds())
             self.sched.pause("retry timer", wake_at=self.sched.now + delay)
-        return ToolResult(tool="issue_refund", outcome=Outcome.UNKNOWN, intent_key=ticket.key,
+        return ToolResult(tool=ticket.tool, outcome=Outcome.UNKNOWN, intent_key=ticket.key,
                           reason="attempts_exhausted", attempt=limit)
 
     def _perform(self, ticket: Ticket, call: ToolInput, attempt: Attempt) -> ToolResult | ApplicationError:
@@ -170,7 +197,8 @@ class Run:
         """workflows/agent_task.py _read_world: the product's inspection, waiting out a request in flight."""
         view = None
         for _ in range(WORLD_READS):
-            view = self.effects.inspect(ticket.key, self.gateway.records(faulty=False))
+            view = self.effects.inspect(ticket.key, self.gateway.records(faulty=False),
+                                        Ask(ticket.task_id, self.sched.now))
             if view.status != "in_flight" or view.until is None:
                 break
             self.sched.pause("world: in flight, waiting", wake_at=max(self.sched.now + 1.0, view.until + 0.5))
@@ -233,15 +261,20 @@ class Run:
             return
         read_at = self.sched.now
         records = self.gateway.records(faulty=False)()
-        settle = SettleInput(task_id=ticket.task_id, tool="issue_refund", intent_key=ticket.key,
+        settle = SettleInput(task_id=ticket.task_id, tool=ticket.tool, intent_key=ticket.key,
                              arguments=ticket.arguments, status="performed" if status == "performed" else
                              "not_performed", provider_ref=ref, decided_by="sim-person")
-        verdict = self.effects.decide(settle, records, (f"item:{ORDER}/{ticket.item}", f"order:{ORDER}"), read_at)
+        # The workflow records the word of a person it waits for (an activity of its own); one given
+        # unasked reaches the ledger with no ask of the task's (the sim's people may act on it directly).
+        ask = Ask(ticket.task_id, self.sched.now) if waiting else None
+        verdict = self.effects.decide(settle, records, self.provider.resources(ticket.item), read_at, ask)
         self.log(f"person on {ticket.task_id}: {status} {ref or ''} -> "
                  f"{'kept' if verdict.applied else 'refused: ' + (verdict.why or '')}")
         if not verdict.applied:
             return
-        held = self.provider.of_key(ticket.key)
+        # What the provider held when the person's records were read: only a provider breaking its promise
+        # lands a request of the intent after a read past its horizon (the late-provider profiles).
+        held = [r for r in self.provider.of_key(ticket.key) if r.landed_at <= read_at]
         if status == "not_performed":
             if held:
                 raise Violation(f"a person's not_performed on {ticket.task_id} kept while the provider holds "
@@ -286,9 +319,10 @@ class Run:
             if len(refs) > 1:
                 raise Violation(f"paid twice: intent {key[-8:]} has refunds {', '.join(refs)} at the provider")
         for item, total in by_item.items():
-            if total > ITEMS[item]:
-                raise Violation(f"over-refunded: {item} refunded {total} of {ITEMS[item]} cents")
-        if sum(by_item.values()) > sum(ITEMS.values()):
+            if total > LIMITS[item]:
+                raise Violation(f"over-refunded: {item} refunded {total} of {LIMITS[item]} cents" if item in ITEMS
+                                else f"paid twice: {INVOICE_ID} paid {total} of {LIMITS[item]} cents")
+        if sum(total for item, total in by_item.items() if item in ITEMS) > sum(ITEMS.values()):
             raise Violation("over-refunded: the order")
         refs = {r.ref for r in self.provider.refunds}
         for effect in self.ledger.all():
@@ -296,7 +330,7 @@ class Run:
                 raise Violation(f"the ledger holds {effect.intent_key[-8:]} as performed by {effect.provider_ref}, "
                                 "which the provider does not show")
         for key, posts in self.kept_not_performed.items():
-            landed = next((p for p in posts if p.landed is not None), None)
+            landed = next((p for p in posts if p.landed is not None and p.late_at is None), None)
             if landed is not None and landed.landed is not None:
                 raise Violation(f"a person's not_performed on {key[-8:]} was kept while POST #{landed.number} could "
                                 f"still land; it landed as {landed.landed.ref}")
@@ -329,8 +363,10 @@ class Run:
         if chaos:
             for actor in self.attempts:
                 if not actor.done and actor.paused_at is None and actor not in self.abandoned:
-                    out.append((0.6, f"SIGSTOP {actor.name} ({actor.label})", lambda a=actor: self._stop(a)))
-                    out.append((0.4, f"SIGKILL {actor.name} ({actor.label})", lambda a=actor: self._kill(a)))
+                    out.append((0.6 * self.faults.stops, f"SIGSTOP {actor.name} ({actor.label})",
+                                lambda a=actor: self._stop(a)))
+                    out.append((0.4 * self.faults.stops, f"SIGKILL {actor.name} ({actor.label})",
+                                lambda a=actor: self._kill(a)))
             for ticket in self.tickets:
                 if ticket.state == "running" and not self._deciding(ticket):
                     out.append((0.3, f"a person decides {ticket.task_id} unasked", lambda t=ticket: self._decide(t)))
@@ -388,7 +424,8 @@ class Run:
         times += [t for a, t in self.stalled.items() if a not in self.abandoned and t > now]
         times += [p.timeout_at for p in self.provider.posts if p.answer is None and not p.sender.done
                   and p.timeout_at > now]
-        times += [p.latest for p in self.provider.posts if p.in_transit]
+        times += [p.latest if p.late_at is None or p.latest > now else p.late_at
+                  for p in self.provider.posts if p.in_transit]
         times += [t for t in self.paused_until.values() if t > now]
         return min(times) if times else None
 
@@ -407,7 +444,12 @@ class Run:
                 self.abandoned.add(actor)
                 self.log(f"Temporal times {actor.name} out (no heartbeat)")
         for post in self.provider.posts:  # the provider keeps its promise: lands by `latest`, or never
-            if post.in_transit and post.latest <= self.sched.now:
+            if post.in_transit and post.late_at is not None:
+                if post.late_at <= self.sched.now:  # ...unless it breaks it
+                    self.log(f"provider lands POST #{post.number} {post.late_at - post.latest:.1f} s after the "
+                             "latest it promised")
+                    self._land(post)
+            elif post.in_transit and post.latest <= self.sched.now:
                 if self.rng.random() < 0.5:
                     self._land(post)
                 else:
@@ -467,8 +509,18 @@ class Run:
                                 f"{'nothing' if row is None else row.status} in the ledger")
             if not held and row is not None and row.status == "performed":
                 raise Violation(f"the ledger does not converge: {ticket.task_id} performed, nothing at the provider")
-            if held and any(outcome == "not_performed" for outcome, _, _ in ticket.told):
-                raise Violation(f"{ticket.task_id} told its customer not refunded; the provider holds {held[0].ref}")
+            # A payment's intent is the invoice's, shared by every task paying it: a task is answerable for
+            # the requests its own attempts sent (another task may pay the invoice after this one was refused).
+            mine = [p for p in self.provider.posts if p.key == ticket.key and p.landed is not None
+                    and p.sender.name.split("/")[0] == ticket.task_id]
+            if mine and any(outcome == "not_performed" for outcome, _, _ in ticket.told):
+                late = [p for p in mine if p.late_at is not None]
+                assert row is not None
+                if not late or not row.detail.get("late_landing"):
+                    raise Violation(f"{ticket.task_id} told its customer not refunded; the provider holds "
+                                    f"{held[0].ref}{' (landed late, and not escalated)' if late else ''}")
+                self.log(f"{ticket.task_id}: POST #{late[0].number} landed after its promised horizon, after the "
+                         f"customer was told not refunded: escalated (the ledger row says late_landing)")
 
 
 @contextmanager
@@ -482,13 +534,14 @@ def template_database() -> Iterator[tuple[Database, str]]:
 
 
 def simulate(seed: int, variant: str = "correct", steps: int = 200, template: Database | None = None,
-             folder: str | None = None) -> Result:
+             folder: str | None = None, profile: str = "default") -> Result:
     if template is None or folder is None:
         with template_database() as (made, where):
-            return simulate(seed, variant, steps, made, where)
-    logging.getLogger("agent.ledger").setLevel(logging.ERROR)
+            return simulate(seed, variant, steps, made, where, profile)
+    logging.getLogger("agent.ledger").setLevel(logging.CRITICAL)  # late landings log errors: the checks read them
     logging.getLogger("agent.effects").setLevel(logging.ERROR)
-    result = Run(seed, VARIANTS[variant], template, folder, steps).run()
+    result = Run(seed, VARIANTS[variant], template, folder, steps, PROFILES[profile]).run()
+    result.profile = profile
     os.unlink(os.path.join(folder, f"sim-{seed}.db"))
     return result
 
@@ -506,12 +559,14 @@ class Exploration:
         return min(self.failures, key=lambda r: r.steps) if self.failures else None
 
 
-def explore(variant: str, seeds: range, steps: int = 200, stop_after: int | None = None) -> Exploration:
-    """Run `seeds`; stop early once `stop_after` of them failed."""
+def explore(variant: str, seeds: range, steps: int = 200, stop_after: int | None = None,
+            profile: str = "default") -> Exploration:
+    """Run `seeds` under a fault profile (devstack/sim/world.py PROFILES); stop early once `stop_after`
+    of them failed."""
     started, total, failures, ran = time.monotonic(), 0, [], 0
     with template_database() as (template, folder):
         for seed in seeds:
-            result = simulate(seed, variant, steps, template, folder)
+            result = simulate(seed, variant, steps, template, folder, profile)
             ran += 1
             total += result.steps
             if not result.ok:

@@ -1,7 +1,8 @@
 """The world the protocol runs in, in process: a provider, a ledger that pauses before every call,
 and the deliberately broken variants the simulator must catch.
 
-The provider stand-in keeps refunds of one order's charge. A POST is a request in transit: the
+The provider stand-in keeps refunds of one order's charge and payments of one supplier invoice (the
+`invoice` subject: one hold, and an intent key every task paying it shares). A POST is a request in transit: the
 provider may land it (create the refund) at any moment until its latest landing time (sent +
 request timeout + processing window: what the product is told the provider promises), answer it,
 lose its answer, answer 5xx and land it later, refuse it, or drop it. A provider that ignores
@@ -48,6 +49,7 @@ class Post:
     latest: float  # the provider lands it by then, or never
     sender: Actor
     held: bool = False  # the provider sits on it: it lands (or not) only at `latest`, unanswered
+    late_at: float | None = None  # a provider breaking its promise lands it then, after `latest`
     landed: Refund | None = None
     dropped: bool = False
     answer: str | None = None  # ok / lost / 5xx / rejected
@@ -55,6 +57,9 @@ class Post:
     @property
     def in_transit(self) -> bool:
         return self.landed is None and not self.dropped
+
+
+INVOICE, INVOICE_ID = "invoice", "INV-SIM-1"  # the subject of send_payment intents
 
 
 class Provider:
@@ -65,15 +70,23 @@ class Provider:
         self.refunds: list[Refund] = []
         self.posts: list[Post] = []
 
+    def resources(self, subject: str) -> tuple[str, ...]:
+        """What an effect on `subject` holds, as activities/tools.py names it: an item of the order and the
+        order, or the invoice."""
+        if subject == INVOICE:
+            return (f"invoice:{INVOICE_ID}",)
+        return (f"item:{self.order_id}/{subject}", f"order:{self.order_id}")
+
     def records(self) -> list[ProviderEffect]:
-        """The order's refunds, as the product's own reader maps them (activities/tools.py)."""
-        return [ProviderEffect(r.ref, r.amount, r.key, (f"item:{self.order_id}/{r.item}", f"order:{self.order_id}"),
-                               "succeeded") for r in self.refunds]
+        """The order's refunds and the invoice's payments, as the product's own readers map them
+        (activities/tools.py; each intent reads only its own subject's, which holds the same keys)."""
+        return [ProviderEffect(r.ref, r.amount, r.key, self.resources(r.item), "succeeded") for r in self.refunds]
 
     def land(self, post: Post, now: float) -> Refund:
         same = next((r for r in self.refunds if r.key == post.key), None) if self.honours_keys else None
         if same is None:
-            same = Refund(f"re_{len(self.refunds) + 1:03d}", post.amount, post.key, post.item, now)
+            prefix = "pi" if post.item == INVOICE else "re"
+            same = Refund(f"{prefix}_{len(self.refunds) + 1:03d}", post.amount, post.key, post.item, now)
             self.refunds.append(same)
         post.landed = same
         return same
@@ -82,13 +95,31 @@ class Provider:
         return [r for r in self.refunds if r.key == key]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Faults:
     """How often the provider misbehaves when a worker reads it (the rest are scheduler choices)."""
 
     read_error: float = 0.05
     held: float = 0.3  # a request the provider holds until its latest landing time
     pauses: tuple[float, ...] = (0.5, 3.0, 12.0, 50.0, 120.0)  # a SIGSTOP lasts up to one of these (seconds)
+    stops: float = 1.0  # the weight of SIGSTOP / SIGKILL choices, times the default
+    attempts: int | None = None  # attempts per ask (None: the money policy's); fewer reach later asks sooner
+    late: float = 0.0  # a held request the provider lands after its latest landing time: a broken promise
+    late_by: float = 90.0  # ...by up to this many seconds
+    honours_keys: bool | None = None  # None: the variant's, else the seed's choice
+
+
+# Fault profiles: where a run's weight of chaos lies. `stale-asks` stops workers often and for long
+# and gives each ask two attempts, so an attempt paused during one ask wakes after later asks settled
+# the intent; `late-provider` lands held requests after the horizon the provider promised, at a
+# provider that honours keys (one that ignores them pays twice then, by design: the protocol resends once
+# the horizon has passed with nothing found, docs/architecture.md; `late-provider-ignoring-keys` shows it).
+PROFILES = {
+    "default": Faults(),
+    "stale-asks": Faults(stops=4.0, attempts=2, pauses=(12.0, 50.0, 120.0, 300.0)),
+    "late-provider": Faults(late=0.5, honours_keys=True),
+    "late-provider-ignoring-keys": Faults(late=0.5, honours_keys=False),
+}
 
 
 class Gateway:
@@ -114,16 +145,18 @@ class Gateway:
             if self._fenced:
                 check_send_by("POST /v1/refunds", clock=self._sched.clock)
             now = self._sched.now
-            post = Post(len(self._provider.posts) + 1, key, amount, item, now, now + self._timeout,
-                        now + self._timeout + self._window, self._sched.current(),
-                        held=self._rng.random() < self._faults.held)
+            latest = now + self._timeout + self._window
+            held = self._rng.random() < self._faults.held
+            late = held and self._rng.random() < self._faults.late
+            post = Post(len(self._provider.posts) + 1, key, amount, item, now, now + self._timeout, latest,
+                        self._sched.current(), held=held,
+                        late_at=latest + 1.0 + self._faults.late_by * self._rng.random() if late else None)
             self._provider.posts.append(post)
             self._sched.pause(f"awaiting the answer to POST #{post.number}", wake_at=post.timeout_at,
                               until=lambda: post.answer is not None)
             if post.answer == "ok" and post.landed is not None:
                 r = post.landed
-                return ProviderEffect(r.ref, r.amount, r.key, (f"item:{self._provider.order_id}/{r.item}",
-                                                               f"order:{self._provider.order_id}"), "succeeded")
+                return ProviderEffect(r.ref, r.amount, r.key, self._provider.resources(r.item), "succeeded")
             if post.answer == "rejected":
                 raise Rejected("400 from POST /v1/refunds: charge_already_refunded")
             raise Ambiguous("ReadTimeout" if post.answer is None else f"{post.answer} from POST /v1/refunds")
@@ -169,6 +202,17 @@ class TakeoverAtLease(EffectLedger):
         return super().claim(replace(request, takeover_after_lease=True), now)
 
 
+class NoAskFence(EffectLedger):
+    """The ledger before asks were fenced: only an older attempt of the call that holds the row is
+    refused, so an attempt of an earlier ask that wakes after a later one settled the intent claims it."""
+
+    def claim(self, request: Request, now: float | None = None) -> Claim:
+        return super().claim(replace(request, caller=None, generation=None), now)
+
+    def advance(self, key: str, caller: str, generation: float) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -176,6 +220,7 @@ class Variant:
     ledger: type[EffectLedger] = EffectLedger
     fenced: bool = True
     honours_keys: bool | None = None  # None: the seed chooses
+    profile: str = "default"  # where a broken variant's test looks for it (PROFILES)
 
 
 VARIANTS = {v.name: v for v in (
@@ -186,18 +231,21 @@ VARIANTS = {v.name: v for v in (
             ledger=TakeoverAtLease, honours_keys=False),
     Variant("no-send-by", "the gateway sends without checking the attempt's send-by time", fenced=False,
             honours_keys=False),
+    Variant("no-ask-fence", "an attempt of an earlier ask may claim an intent a later ask or the world read settled",
+            ledger=NoAskFence, profile="stale-asks"),
 )}
 
 
 @dataclass
 class Ticket:
-    """One task refunding one item (all or part of it), as the simulator runs it."""
+    """One task refunding one item (all or part of it), or paying the invoice, as the simulator runs it."""
 
     task_id: str
     item: str
     amount: int
     key: str
     arguments: dict[str, Any]
+    tool: str = "issue_refund"
     state: str = "running"  # running / awaiting / done
     awaiting_since: float | None = None
     decision: tuple[str, str | None] | None = None  # an applied person's word for the waiting call
