@@ -71,14 +71,20 @@ class Hold:
 
 
 @dataclass(frozen=True)
-class Request:
-    """What a claim asks for: the intent, the attempt, its holds and the approval ceiling."""
+class Intent:
+    """Which effect, for which task and tool call, and who holds it: what every ledger write names."""
 
     intent_key: str
     task_id: str
     tool: str
     arguments: dict[str, Any]
     owner: str
+
+
+@dataclass(frozen=True)
+class Request(Intent):
+    """What a claim asks for: the intent, the attempt, its holds and the approval ceiling."""
+
     attempt: int
     amount_cents: int
     holds: tuple[Hold, ...]
@@ -452,14 +458,9 @@ class EffectLedger:
 
 
 @dataclass(frozen=True)
-class SentEffect:
+class SentEffect(Intent):
     """A message's intent as the ledger keeps it once the outbox holds the message."""
 
-    intent_key: str
-    task_id: str
-    tool: str
-    arguments: dict[str, Any]
-    owner: str
     recipient: str
 
 
