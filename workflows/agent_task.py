@@ -14,6 +14,7 @@ import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -101,6 +102,17 @@ def _raw_payloads(handler: _Handler) -> _Handler:
     handler.__signature__ = inspect.Signature([*parameters, one])  # type: ignore[attr-defined]
     handler.__annotations__ = {"payload": RawValue, "return": handler.__annotations__.get("return")}
     return handler
+
+
+@dataclass(frozen=True)
+class _Question:
+    """What a person is asked: about which call (tool, arguments, decision key), why, and the detail."""
+
+    tool: str
+    arguments: dict[str, Any]
+    key: str
+    reason: EscalationReason
+    detail: str
 
 
 class _Stop(Exception):
@@ -235,9 +247,9 @@ class AgentTaskWorkflow:
             self._transcript = self._compact(self._transcript, task.window_messages)
             self._unusable = 0 if usable else self._unusable + 1
             if self._unusable >= task.max_unusable_replies:
-                await self._await_decision("model_turn", {}, f"model-output:{task.task_id}:turn-{turn}",
-                                           "unusable_model_output",
-                                           f"{self._unusable} replies in a row with no usable tool call")
+                await self._await_decision(_Question(
+                    "model_turn", {}, f"model-output:{task.task_id}:turn-{turn}", "unusable_model_output",
+                    f"{self._unusable} replies in a row with no usable tool call"))
                 self._unusable = 0
             self._touch()
         raise _Stop("dead_lettered", f"turn limit of {task.max_turns} reached without a final answer")
@@ -392,8 +404,9 @@ class AgentTaskWorkflow:
                 settled = self._settled_by(world, call, ran and reason in ("unknown_outcome", "attempts_exhausted"))
                 if settled is not None:
                     return settled
-            decision = await self._await_decision(call.spec.name, call.arguments, call.decision_key, reason, detail,
-                                                  world, answers_later=self._boundary)
+            decision = await self._await_decision(
+                _Question(call.spec.name, call.arguments, call.decision_key, reason, detail), world,
+                answers_later=self._boundary)
             if self._boundary and call.key is not None:
                 checked = await self._check_against_world(task, call, decision, reason)
                 if checked is not None:
@@ -553,12 +566,13 @@ class AgentTaskWorkflow:
 
     # --- humans --------------------------------------------------------------------------
 
-    async def _await_decision(self, tool: str, arguments: dict[str, Any], key: str, reason: EscalationReason,
-                              detail: str, world: IntentView | None = None, answers_later: bool = False
-                              ) -> ResolveInput:
-        """Wait for an applied decision on `key`. An abort ends the task here; so does the deadline.
-        Unless the caller `answers_later` (it checks the decision against the world first), the
-        decision is answered as applied when it is taken."""
+    async def _await_decision(self, question: _Question, world: IntentView | None = None,
+                              answers_later: bool = False) -> ResolveInput:
+        """Wait for an applied decision on the question's key. An abort ends the task here; so does the
+        deadline. Unless the caller `answers_later` (it checks the decision against the world first),
+        the decision is answered as applied when it is taken."""
+        tool, arguments, key, reason, detail = (question.tool, question.arguments, question.key, question.reason,
+                                                question.detail)
         timeout = self._policy.escalation_timeout_seconds
         now = workflow.now()
         earlier = self._checkpoint.waiting_for
