@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -112,9 +113,20 @@ def read_decision(data: bytes) -> ResolveInput | str:
         return f"malformed decision: {' '.join(lines[:3])[:300]}"
 
 
-def screen(decision: ResolveInput, task_id: str, wait: Escalation | None, policy: Policy | None,
-           now: datetime, used_nonces: list[str], *, approvers_now: bool = False,
-           task_approvers: list[str] | None = None) -> tuple[DecisionStatus, str] | None:
+@dataclass(frozen=True)
+class Waiter:
+    """A task as a decision meets it: what it waits on, under which policy, and what it has used.
+    `approvers_now`: the signer is checked against the worker's approvers later (see `screen`)."""
+
+    task_id: str
+    wait: Escalation | None
+    policy: Policy | None
+    used_nonces: list[str]
+    approvers_now: bool = False
+    task_approvers: list[str] | None = None
+
+
+def screen(decision: ResolveInput, waiter: Waiter, now: datetime) -> tuple[DecisionStatus, str] | None:
     """What the workflow can tell alone: (status, why) when the decision cannot apply, else None.
 
     `ignored` is a decision for something not waiting; `refused` is one that could apply but is not
@@ -125,6 +137,8 @@ def screen(decision: ResolveInput, task_id: str, wait: Escalation | None, policy
     since can decide, one removed cannot. Only the task's own narrowing (`task_approvers`) is
     checked here.
     """
+    task_id, wait, policy, used_nonces = waiter.task_id, waiter.wait, waiter.policy, waiter.used_nonces
+    approvers_now, task_approvers = waiter.approvers_now, waiter.task_approvers
     if wait is None:
         return "ignored", "the task is not waiting for a decision"
     if decision.intent_key != wait.intent_key:

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.operations import OperationsActivities
     from activities.tools import ToolActivities
     from core import names, policies
-    from core.authority import DECISIONS_KEPT, narrow, out_of_scope, read_decision, screen, signature_holds
+    from core.authority import DECISIONS_KEPT, Waiter, narrow, out_of_scope, read_decision, screen, signature_holds
     from core.bounds import MAX_WINDOW_BYTES, bounded_reply
     from core.failures import Decided, Unusable, Waiting
     from core.gate import GateCall, Refused, Rejection, validate_call
@@ -741,9 +741,9 @@ class AgentTaskWorkflow:
     def _screen(self, decision: ResolveInput) -> tuple[DecisionStatus, str] | None:
         if self._decision is not None:
             return "ignored", "a decision was applied already; the task is acting on it"
-        return screen(decision, self._task.task_id, self._checkpoint.waiting_for, self._checkpoint.policy,
-                      workflow.now(), self._checkpoint.used_nonces, approvers_now=self._boundary,
-                      task_approvers=self._task.approvers)
+        waiter = Waiter(self._task.task_id, self._checkpoint.waiting_for, self._checkpoint.policy,
+                        self._checkpoint.used_nonces, approvers_now=self._boundary, task_approvers=self._task.approvers)
+        return screen(decision, waiter, workflow.now())
 
     def _log_decision(self, via: DecisionVia, status: DecisionStatus, why: str | None,
                       decision: ResolveInput | None = None, raw: str | None = None) -> DecisionRecord:
