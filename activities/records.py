@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, NamedTuple
 
 from activities.db import Database, _Session
 from activities.ledger import SentEffect, owner_of, record_sent
@@ -13,23 +13,20 @@ from core.domain import Invoice, Order
 from core.headers import control_characters
 
 
-# The provider's ids of a record are always written with it (`put_order`, `put_invoice`: the only writers);
-# the columns are nullable in the schema only.
-@dataclass(frozen=True)
-class OrderRecord:
+# Rows as plain values. The provider's ids of a record are always written with it (`put_order`,
+# `put_invoice`: the only writers); the columns are nullable in the schema only.
+class OrderRecord(NamedTuple):
     order: Order
     customer_ref: str
     payment_intent_id: str
 
 
-@dataclass(frozen=True)
-class InvoiceRecord:
+class InvoiceRecord(NamedTuple):
     invoice: Invoice
     customer_ref: str
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
     intent_key: str
     task_id: str
     kind: str
@@ -98,16 +95,11 @@ class Records:
 
 
 @dataclass(frozen=True)
-class Outgoing:
-    """One message on its way to the outbox, and the intent it performs."""
+class Outgoing(SentEffect):
+    """One message on its way to the outbox, and the intent it performs. Its owner is the attempt's
+    call (activities/effects.py Attempt): its own retry finds its row."""
 
-    intent_key: str
-    task_id: str
-    tool: str
-    arguments: dict[str, Any]
-    owner: str  # the attempt's call (activities/effects.py Attempt): its own retry finds its row
     kind: str
-    recipient: str
     subject: str | None
     body: str
 
@@ -175,8 +167,7 @@ def send_once(db: Database, message: Outgoing, limits: MessageLimits) -> Sent | 
              "now": now}).rowcount == 1
         if not sent:
             return Sent(now=False, mine=owner_of(conn, message.intent_key) == message.owner)
-        record_sent(conn, SentEffect(message.intent_key, message.task_id, message.tool, message.arguments,
-                                     message.owner, message.recipient), now)
+        record_sent(conn, message, now)
     return Sent(now=True, mine=True)
 
 

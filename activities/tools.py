@@ -399,8 +399,9 @@ class ToolActivities:
     async def _send(self, call: ToolInput, to: _Envelope, body: str, statement: str | None = None) -> ToolResult:
         key = require_key(call)
         kind, recipient = to.kind, to.recipient
-        message = Outgoing(key, call.task_id, call.tool, call.arguments, Attempt.current().call, kind, recipient,
-                           to.subject, body)
+        message = Outgoing(intent_key=key, task_id=call.task_id, tool=call.tool, arguments=call.arguments,
+                           owner=Attempt.current().call, recipient=recipient, kind=kind, subject=to.subject,
+                           body=body)
         problem = header_problem(message)
         if problem is not None:
             return not_performed(call, "unsafe_header", f"{problem}; nothing was sent")

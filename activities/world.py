@@ -36,7 +36,7 @@ class World:
                 if metadata_of(p).get("invoice_id") == invoice_id]
 
     def messages(self, task_id: str) -> list[dict[str, Any]]:
-        return [asdict(m) for m in self.records.messages(task_id)]
+        return [m._asdict() for m in self.records.messages(task_id)]
 
     def effects(self, task_id: str | None = None) -> list[dict[str, Any]]:
         return [asdict(e) for e in self.ledger.all() if task_id is None or e.task_id == task_id]
