@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from temporalio.service import RPCError
 from temporalio.worker import ResourceBasedSlotConfig, Worker, WorkerTuner
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
-from activities.authority import AuthorityActivities, public_key_from
+from activities.authority import AuthorityActivities, Deployment, public_key_from
 from activities.effects import ProviderTerms
 from activities.facts import FactActivities
 from activities.interceptors import WorkerInterceptor
@@ -28,6 +29,7 @@ from activities.operations import OperationsActivities
 from activities.reconcile import ReconcileActivities
 from activities.records import MessageLimits
 from activities.tools import tool_activities
+from core.authority import Ceilings
 from core.names import SEARCH_ATTRIBUTES
 from core.tools import REGISTRY
 from infra import connection, telemetry
@@ -132,45 +134,50 @@ def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
             "graceful_shutdown_timeout": timedelta(seconds=5), **overrides}
 
 
+@dataclass(frozen=True)
+class Extensions:
+    """What a worker registers beside or instead of ours: `workflow` in place of AgentTaskWorkflow (a change
+    being tried against recorded histories), `replace` activities under the names of ours (the demo's naive
+    refund tool), `more_tools` objects with `@tool` methods for opt-in tools (activities/courier.py); an
+    opt-in tool that no object here implements is not offered to any task."""
+
+    workflow: type = AgentTaskWorkflow
+    replace: Sequence[Callable[..., Any]] = ()
+    more_tools: Sequence[object] = ()
+
+
 def build_worker(client: Client, settings: Settings, task_queue: str | None = None,
-                 workflow_class: type = AgentTaskWorkflow, max_cached_workflows: int = 1000,
-                 backend: ModelBackend | None = None, replace: Sequence[Callable[..., Any]] = (),
-                 more_tools: Sequence[object] = (), **overrides: Any) -> Worker:
+                 backend: ModelBackend | None = None, extensions: Extensions = Extensions(),
+                 **overrides: Any) -> Worker:
     """A worker for the agent task queue. `overrides` go to temporalio's Worker over the settings
     of `worker_options()` (e.g. max_concurrent_activities or tuner instead of the settings' slots,
-    workflow_runner, sticky_queue_schedule_to_start_timeout). `replace`
-    registers other activities under the names of ours (the demo's naive refund tool). `more_tools`
-    are objects with `@tool` methods for opt-in tools (activities/courier.py); an opt-in tool that no
-    object here implements is not offered to any task. Every log line of the process is redacted from
-    here on (infra/redact.py): a library's line may quote a URL with its secret path or token."""
+    max_cached_workflows, workflow_runner, sticky_queue_schedule_to_start_timeout). Every log line of
+    the process is redacted from here on (infra/redact.py): a library's line may quote a URL with its
+    secret path or token."""
     install_log_redaction()
     db = Database(settings.database)
     db.create()
     gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
                             settings.stripe_timeout_seconds, settings.stripe_sdk_retries)
-    tools = ToolActivities(db, gateway, settings.approval_ceiling_cents, provider_terms(settings),
-                           settings.payment_approval_ceiling_cents, limits=message_limits(settings))
-    activities = tools.activities() + [fn for extra in more_tools for fn in tool_activities(extra)]
+    ceilings = Ceilings(settings.approval_ceiling_cents, settings.payment_approval_ceiling_cents)
+    tools = ToolActivities(db, gateway, ceilings, provider_terms(settings), message_limits(settings))
+    activities = tools.activities() + [fn for extra in extensions.more_tools for fn in tool_activities(extra)]
     registered = {activity_name(a) for a in activities}
     not_opted_in = frozenset(name for name, spec in REGISTRY.items() if spec.opt_in and name not in registered)
-    replaced = {activity_name(fn) for fn in replace}
-    activities = [a for a in activities if activity_name(a) not in replaced] + list(replace)
+    replaced = {activity_name(fn) for fn in extensions.replace}
+    activities = [a for a in activities if activity_name(a) not in replaced] + list(extensions.replace)
     model = ModelActivities(backend or model_backend(settings))
-    authority = AuthorityActivities(
-        db, {name: public_key_from(key) for name, key in settings.approver_keys.items()},
-        refund_ceiling_cents=settings.approval_ceiling_cents,
-        payment_ceiling_cents=settings.payment_approval_ceiling_cents,
-        escalation_timeout_seconds=settings.escalation_timeout_seconds,
-        disabled_tools=settings.disabled_tool_set | not_opted_in,
-        decision_max_lifetime_seconds=settings.decision_max_lifetime_seconds)
+    authority = AuthorityActivities(db, Deployment(
+        {name: public_key_from(key) for name, key in settings.approver_keys.items()}, ceilings,
+        settings.escalation_timeout_seconds, settings.disabled_tool_set | not_opted_in,
+        settings.decision_max_lifetime_seconds))
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
-    ensure_bytecode(workflow_class, ReconcileWorkflow)
+    ensure_bytecode(extensions.workflow, ReconcileWorkflow)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[workflow_class, ReconcileWorkflow],
-        max_cached_workflows=max_cached_workflows,
+        workflows=[extensions.workflow, ReconcileWorkflow],
         activities=[*activities, *operations.activities(), *authority.activities(),
                     ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn,
                     FactActivities(db, gateway).check_facts],

@@ -23,6 +23,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from temporalio import activity
 from activities.db import Database
 from activities.operations import mark_redriven
 from activities.records import Records
-from core.authority import parse_time, signed_message
+from core.authority import Ceilings, parse_time, signed_message
 from core.kinds import KINDS
 from core.models import Policy, PolicyInput, ResolveInput, Verdict, VerifyInput
 
@@ -43,21 +44,29 @@ DEFAULT_DECISION_LIFETIME_SECONDS = 4 * 3600
 NONCE_PRUNE_AFTER_SECONDS = 3600  # past a decision's expiry: it is refused as expired by then, whatever the clocks
 
 
-class AuthorityActivities:
-    """`approvers` maps each approver's name to their Ed25519 public key."""
+@dataclass(frozen=True)
+class Deployment:
+    """The deployment's authority over its tasks: who may decide (each approver's name and Ed25519 public
+    key), the ceilings above which a person approves, how long a task waits for one, the tools no task is
+    offered, and the longest a signed decision may live, whatever its signer wrote."""
 
-    def __init__(self, db: Database, approvers: dict[str, Ed25519PublicKey], refund_ceiling_cents: int,
-                 payment_ceiling_cents: int | None, escalation_timeout_seconds: int,
-                 disabled_tools: frozenset[str] = frozenset(),
-                 decision_max_lifetime_seconds: int = DEFAULT_DECISION_LIFETIME_SECONDS) -> None:
+    approvers: dict[str, Ed25519PublicKey]
+    ceilings: Ceilings
+    escalation_timeout_seconds: int
+    disabled_tools: frozenset[str] = frozenset()
+    decision_max_lifetime_seconds: int = DEFAULT_DECISION_LIFETIME_SECONDS
+
+
+class AuthorityActivities:
+    def __init__(self, db: Database, deployment: Deployment) -> None:
         self._records = Records(db)
         self._nonces = DecisionNonces(db)
-        self._max_lifetime = timedelta(seconds=decision_max_lifetime_seconds)
-        self._approvers = approvers
-        self._refund_ceiling = refund_ceiling_cents
-        self._payment_ceiling = payment_ceiling_cents
-        self._escalation_timeout = escalation_timeout_seconds
-        self._disabled = disabled_tools
+        self._max_lifetime = timedelta(seconds=deployment.decision_max_lifetime_seconds)
+        self._approvers = deployment.approvers
+        self._refund_ceiling = deployment.ceilings.refund_cents
+        self._payment_ceiling = deployment.ceilings.payment_cents
+        self._escalation_timeout = deployment.escalation_timeout_seconds
+        self._disabled = deployment.disabled_tools
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.task_policy, self.verify_decision]

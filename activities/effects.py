@@ -190,16 +190,16 @@ class Effects:
         if isinstance(claim, Settled):
             return self._answer_from_ledger(intent.call, attempt, claim.effect)
         if isinstance(claim, Superseded):
-            return _not_performed(intent.call, attempt, "superseded", f"{claim.why}: this attempt sends nothing")
+            return _To(intent.call, attempt).not_performed("superseded", f"{claim.why}: this attempt sends nothing")
         if isinstance(claim, Doubtful):
-            return _unknown(intent.call, attempt, "in_doubt", "an earlier attempt's outcome is unknown")
+            return _To(intent.call, attempt).unknown("in_doubt", "an earlier attempt's outcome is unknown")
         if isinstance(claim, Busy):
             return self._wait(intent.call, attempt, claim.effect, claim.until,
                               "another attempt holds this intent and its request may still land")
         if isinstance(claim, OverBudget):
             return self._over_budget(intent, attempt, claim)
         if isinstance(claim, NeedsApproval):
-            return _not_performed(intent.call, attempt, "approval_required",
+            return _To(intent.call, attempt).not_performed("approval_required",
                                   f"refunded in total with this call, {claim.scope} would reach {claim.total_cents} "
                                   f"cents, over the {claim.ceiling_cents} cents approval ceiling")
         return self._send(intent, attempt, claim)
@@ -253,13 +253,13 @@ class Effects:
         if mine is not None:
             row = self._ledger.found(key, mine.ref, mine.amount_cents,
                                      {"status": mine.status, "verified_by": "inspection"}) or row
-            return _view("performed", now, f"the provider holds it as {mine.ref} ({mine.amount_cents})",
-                         mine.ref, mine.amount_cents, row.task_id if row else None)
+            return _held(now, f"the provider holds it as {mine.ref} ({mine.amount_cents})", mine.ref,
+                         mine.amount_cents, row.task_id if row else None)
         if row is None:
             return _view("not_performed", now, "no request of it was ever claimed")
         if row.status == "performed":
-            return _view("performed", now, f"the ledger holds it as performed ({row.provider_ref})",
-                         row.provider_ref, row.amount_cents, row.task_id)
+            return _held(now, f"the ledger holds it as performed ({row.provider_ref})", row.provider_ref,
+                         row.amount_cents, row.task_id)
         if row.status == "not_performed":  # only a definite answer or a person after the horizon writes it
             return _view("not_performed", now, "the ledger holds it as not performed")
         if row.horizon > now:
@@ -326,11 +326,11 @@ class Effects:
             if self._earlier_may_land(claim):  # refusing this request says nothing of the earlier one
                 return self._after_ambiguous(intent, attempt, effect, f"{message} (an earlier request may land)")
             self._ledger.not_performed(effect, {"reason": "provider_rejected", "message": message})
-            return _not_performed(intent.call, attempt, "provider_rejected", message)
+            return _To(intent.call, attempt).not_performed("provider_rejected", message)
         crash_point(f"{intent.call.tool}:after_provider")
         self._ledger.performed(effect, sent.ref, sent.amount_cents, {"status": sent.status})
-        return _performed(intent.call, attempt, Outcome.PERFORMED, sent.ref, sent.amount_cents,
-                          {"status": sent.status})
+        return _To(intent.call, attempt).performed(
+            Outcome.PERFORMED, {"provider_ref": sent.ref, "amount_cents": sent.amount_cents, "status": sent.status})
 
     def _earlier_may_land(self, claim: Claimed) -> bool:
         """This attempt took the intent over from a holder whose request may still land (a provider that
@@ -353,7 +353,7 @@ class Effects:
                               f"{error}; the request may still land until its settle horizon")
         if attempt.last:
             self._ledger.unknown(effect, {"reason": "unverified", "message": error})
-            return _unknown(intent.call, attempt, "unverified", f"{error}; the provider shows no effect yet")
+            return _To(intent.call, attempt).unknown("unverified", f"{error}; the provider shows no effect yet")
         self._ledger.release(effect)  # the same key again is safe: the provider dedupes it
         raise ApplicationError(f"{error}; not found yet; resending the same key", type="OutcomeUnverified")
 
@@ -361,7 +361,7 @@ class Effects:
         """Let Temporal run this call again once `until` has passed; on the last attempt, unknown."""
         if attempt.last:
             self._ledger.unknown(effect, {"reason": "unsettled", "message": why})
-            return _unknown(call, attempt, "unsettled", why)
+            return _To(call, attempt).unknown("unsettled", why)
         delay = max(0.5, until - self._clock() + 0.25)
         raise ApplicationError(f"{why}; asking the provider again in {delay:.1f} s", type="OutcomeUnverified",
                                next_retry_delay=timedelta(seconds=delay))
@@ -383,12 +383,12 @@ class Effects:
             raise ApplicationError(why, type="OutcomeUnverified")
         effect = self._ledger.get(intent.key)
         if effect is None or effect.status == "not_performed":
-            return _not_performed(intent.call, attempt, "provider_unavailable", why, retryable=True)
+            return _To(intent.call, attempt).not_performed("provider_unavailable", why, retryable=True)
         if effect.status == "performed":
             return self._answer_from_ledger(intent.call, attempt, effect)
         if effect.status == "intent":
             self._ledger.unknown(effect, {"reason": "unverifiable", "message": why})
-        return _unknown(intent.call, attempt, "unverifiable", why)
+        return _To(intent.call, attempt).unknown("unverifiable", why)
 
     def _found(self, intent: Intent, attempt: Attempt, found: ProviderEffect, how: str) -> ToolResult:
         call = intent.call
@@ -397,24 +397,25 @@ class Effects:
         mine = effect is None or effect.owner == attempt.call  # `found` never changes the owner
         outcome = Outcome.PERFORMED if mine and (effect is None or effect.provider_ref == found.ref) \
             else Outcome.ALREADY_PERFORMED
-        return _performed(call, attempt, outcome, found.ref, found.amount_cents,
-                          {"status": found.status, "verified_by": "lookup", "after": how})
+        return _To(call, attempt).performed(outcome, {"provider_ref": found.ref, "amount_cents": found.amount_cents,
+                                                      "status": found.status, "verified_by": "lookup", "after": how})
 
     def _answer_from_ledger(self, call: ToolInput, attempt: Attempt, effect: Effect) -> ToolResult:
         outcome = Outcome.PERFORMED if effect.owner == attempt.call else Outcome.ALREADY_PERFORMED
-        return _performed(call, attempt, outcome, effect.provider_ref or "", effect.amount_cents or 0,
-                          {"source": "ledger", **effect.detail})
+        return _To(call, attempt).performed(outcome, {"provider_ref": effect.provider_ref or "",
+                                                      "amount_cents": effect.amount_cents or 0, "source": "ledger",
+                                                      **effect.detail})
 
     def _over_budget(self, intent: Intent, attempt: Attempt, claim: OverBudget) -> ToolResult:
         call = intent.call
         if claim.in_flight:
             if attempt.last:
-                return _not_performed(call, attempt, "budget_in_flight",
+                return _To(call, attempt).not_performed("budget_in_flight",
                                       f"another intent on {claim.resource} is still in flight", retryable=True)
             raise ApplicationError(f"another intent on {claim.resource} is in flight", type="BudgetInFlight",
                                    next_retry_delay=timedelta(seconds=1))
         if claim.in_doubt:
-            return _not_performed(call, attempt, "budget_in_doubt",
+            return _To(call, attempt).not_performed("budget_in_doubt",
                                   f"an earlier intent on {claim.resource} has an unknown outcome; a human decides it "
                                   "first")
         earlier: list[_Earlier] = [{"provider_ref": h.provider_ref, "amount_cents": h.amount_cents,
@@ -428,7 +429,7 @@ class Effects:
                         "earlier effects; nothing was sent",
                 data={"provider_ref": earlier[0]["provider_ref"] if earlier else None, "amount_cents": total,
                       "earlier": earlier, "external_cents": claim.external_cents, "resource": claim.resource})
-        return _not_performed(call, attempt, "exceeds_budget",
+        return _To(call, attempt).not_performed("exceeds_budget",
                               f"{claim.resource} has {claim.available_cents} of {claim.limit_cents} cents left",
                               data={"available_cents": claim.available_cents, "earlier": earlier,
                                     "resource": claim.resource})
@@ -454,10 +455,14 @@ def describe(err: Exception) -> str:
     return f"{type(err).__name__} {err.http_status}" if err.http_status else type(err).__name__
 
 
-def _view(status: WorldStatus, now: float, detail: str, ref: str | None = None, amount: int | None = None,
-          task_id: str | None = None, until: float | None = None) -> IntentView:
-    return IntentView(status=status, read_at=_clock(now), detail=detail, provider_ref=ref, amount_cents=amount,
-                      task_id=task_id, until=until)
+def _view(status: WorldStatus, now: float, detail: str, until: float | None = None) -> IntentView:
+    return IntentView(status=status, read_at=_clock(now), detail=detail, until=until)
+
+
+def _held(now: float, detail: str, ref: str | None, amount: int | None, task_id: str | None) -> IntentView:
+    """Performed: the provider's (or the ledger's) reference and amount, and the task whose request it was."""
+    return IntentView(status="performed", read_at=_clock(now), detail=detail, provider_ref=ref, amount_cents=amount,
+                      task_id=task_id)
 
 
 def _clock(epoch: float) -> str:
@@ -468,19 +473,25 @@ def _match(records: list[ProviderEffect], key: str | None) -> ProviderEffect | N
     return next((r for r in records if key and r.intent_key == key), None)
 
 
-def _performed(call: ToolInput, attempt: Attempt, outcome: Outcome, ref: str, amount: int,
-               detail: dict[str, Any]) -> ToolResult:
-    return ToolResult(tool=call.tool, outcome=outcome, intent_key=call.intent_key, attempt=attempt.number,
-                      data={"provider_ref": ref, "amount_cents": amount, **detail})
+@dataclass(frozen=True)
+class _To:
+    """The answers one attempt of one call can give: performed (or already), not performed, unknown."""
 
+    call: ToolInput
+    attempt: Attempt
 
-def _not_performed(call: ToolInput, attempt: Attempt, reason: str, message: str, retryable: bool = False,
-                   data: dict[str, Any] | None = None) -> ToolResult:
-    return ToolResult(tool=call.tool, outcome=Outcome.NOT_PERFORMED, intent_key=call.intent_key, reason=reason,
-                      message=message, retryable=retryable, attempt=attempt.number, data=data or {})
+    def performed(self, outcome: Outcome, data: dict[str, Any]) -> ToolResult:
+        """`data` holds the provider's reference and amount (`provider_ref`, `amount_cents`) and how we know."""
+        return ToolResult(tool=self.call.tool, outcome=outcome, intent_key=self.call.intent_key,
+                          attempt=self.attempt.number, data=data)
 
+    def not_performed(self, reason: str, message: str, retryable: bool = False,
+                      data: dict[str, Any] | None = None) -> ToolResult:
+        return ToolResult(tool=self.call.tool, outcome=Outcome.NOT_PERFORMED, intent_key=self.call.intent_key,
+                          reason=reason, message=message, retryable=retryable, attempt=self.attempt.number,
+                          data=data or {})
 
-def _unknown(call: ToolInput, attempt: Attempt, reason: str, why: str) -> ToolResult:
-    return ToolResult(tool=call.tool, outcome=Outcome.UNKNOWN, intent_key=call.intent_key, reason=reason,
-                      message=f"{why}. It may have happened: do not retry; a human must check.",
-                      retryable=False, attempt=attempt.number)
+    def unknown(self, reason: str, why: str) -> ToolResult:
+        return ToolResult(tool=self.call.tool, outcome=Outcome.UNKNOWN, intent_key=self.call.intent_key,
+                          reason=reason, message=f"{why}. It may have happened: do not retry; a human must check.",
+                          retryable=False, attempt=self.attempt.number)

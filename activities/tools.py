@@ -31,6 +31,7 @@ from activities.records import (
     send_once,
     upsert_confirmation,
 )
+from core.authority import Ceilings
 from core.claims import compose, money_in_text, money_sentence, payment_sentence
 from core.contacts import contacts_in
 from core.domain import Order
@@ -124,15 +125,14 @@ class _Envelope:
 class ToolActivities:
     """Holds the stores and the payment gateway; one `@tool` method per tool."""
 
-    def __init__(self, db: Database, gateway: StripeGateway, approval_ceiling_cents: int,
-                 terms: ProviderTerms | None = None, payment_ceiling_cents: int | None = None, *,
+    def __init__(self, db: Database, gateway: StripeGateway, ceilings: Ceilings, terms: ProviderTerms | None = None,
                  limits: MessageLimits | None = None) -> None:
         self._db = db
         self._limits = limits or MessageLimits()
         self._records = Records(db)
         self._gateway = gateway
-        self._ceiling = approval_ceiling_cents
-        self._payment_ceiling = payment_ceiling_cents
+        self._ceiling = ceilings.refund_cents
+        self._payment_ceiling = ceilings.payment_cents
         self._effects = Effects(EffectLedger(db), terms or ProviderTerms())
 
     def activities(self) -> list[Callable[..., Any]]:

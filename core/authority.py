@@ -31,6 +31,15 @@ MAX_DECISION_BYTES = 8192
 DECISIONS_KEPT = 20
 
 
+@dataclass(frozen=True)
+class Ceilings:
+    """The deployment's ceilings, in cents, above which a person approves: refunds counted per task,
+    item and order; payments per task and invoice (None: the refund ceiling)."""
+
+    refund_cents: int
+    payment_cents: int | None = None
+
+
 def signature_holds(decision: ResolveInput, public_key: str) -> bool:
     """Whether the decision's signature verifies with this base64 Ed25519 public key. Pure and
     deterministic, so the workflow can tell a forged decision from a signed one without an activity;

@@ -105,6 +105,7 @@ from core.names import STATUS_ATTR
 from devstack.judge import Ticket, Verdict, judge, wait_until_quiet
 from devstack.judge import table as judge_table
 from devstack.judge.report import detail_lines
+from devstack.chaos_faults import KINDS, OUTAGE_KINDS, WORKER_KINDS, Kill, Killer, Outages
 from devstack.polling import poll_until
 from devstack.processes import WorkerProcess
 from devstack.scenarios import batch_order, batch_ticket
@@ -113,7 +114,7 @@ from devstack.stack import STRIPE_API_KEY, Stack
 from devstack.unsafe import naive_refund
 from infra.exit import run_main
 from infra.settings import Settings
-from worker import build_worker
+from worker import Extensions, build_worker
 
 MODES = ("dedupe", "passthrough")
 POST_FAULTS = ("timeout_after_accept", "error_after_commit", "error_before_commit", "drop_after_commit",
@@ -236,99 +237,6 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
-# --- the killer ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Kill:
-    at: float          # time.time() just before SIGKILL (or SIGSTOP)
-    slot: int
-    pid: int | None
-    exit_code: int | None
-    paused_for: float = 0.0  # a pause: seconds from SIGSTOP to SIGCONT; 0 for a kill
-
-
-class Killer:
-    """Every 1-5 s (seeded) SIGKILLs a random worker, restarts it and waits until it is ready, or
-    (pause_share of the time) SIGSTOPs it and SIGCONTs it 2-10 s later (seeded).
-
-    One worker is down or paused at a time at most. A worker found dead that we did not kill is
-    an unexpected exit: recorded (a real failure) and restarted.
-    """
-
-    def __init__(self, stack: Stack, slots: list[WorkerProcess], env: dict[str, str], rng: random.Random,
-                 logs: Path, min_s: float = 1.0, max_s: float = 5.0, pause_share: float = 1 / 3,
-                 pause_s: tuple[float, float] = (2.0, 10.0)) -> None:
-        self.stack, self.slots, self.env, self.rng, self.logs = stack, slots, env, rng, logs
-        self.min_s, self.max_s, self.pause_share, self.pause_s = min_s, max_s, pause_share, pause_s
-        self.kills: list[Kill] = []
-        self.pauses: list[Kill] = []
-        self.unexpected: list[tuple[int, int | None, str]] = []
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        """Stop drawing kills; a restart under way is finished first, so both workers serve on return."""
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-        self.check_alive()
-
-    def check_alive(self) -> None:
-        for slot, worker in enumerate(self.slots):
-            if not worker.is_running():
-                self.unexpected.append((slot, worker.returncode, worker.new_log_tail(20)))
-                self.slots[slot] = self._start(slot)
-
-    def _start(self, slot: int) -> WorkerProcess:
-        return self.stack.start_worker(self.logs / f"worker-{slot + 1}.log", self.env)
-
-    async def _run(self) -> None:
-        while not self._stop.is_set():
-            interval = self.rng.uniform(self.min_s, self.max_s)  # the test's input, not a wait for something
-            try:
-                await asyncio.wait_for(self._stop.wait(), interval)
-                return
-            except TimeoutError:
-                pass
-            await asyncio.to_thread(self.check_alive)
-            slot = self.rng.randrange(len(self.slots))
-            victim = self.slots[slot]
-            if self.rng.random() < self.pause_share:
-                await self._pause(slot, victim, self.rng.uniform(*self.pause_s))
-                continue
-            at = time.time()
-            code = await asyncio.to_thread(victim.kill)
-            self.kills.append(Kill(at, slot, victim.pid, code))
-            self.slots[slot] = await asyncio.to_thread(self._start, slot)
-
-    async def _pause(self, slot: int, victim: WorkerProcess, seconds: float) -> None:
-        """SIGSTOP the worker's process group, SIGCONT it after `seconds` (sooner if the chaos stops):
-        a process that wakes up late, its heartbeats missed and its leases possibly taken over."""
-        pid = victim.pid
-        if pid is None:
-            return
-        at = time.time()
-        _signal_group(pid, signal.SIGSTOP)
-        try:
-            await asyncio.wait_for(self._stop.wait(), seconds)  # the test's input, not a wait for something
-        except TimeoutError:
-            pass
-        finally:
-            _signal_group(pid, signal.SIGCONT)
-        self.pauses.append(Kill(at, slot, pid, None, time.time() - at))
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:  # it died meanwhile: check_alive restarts it
-        pass
 
 
 # --- task states ---------------------------------------------------------------------------------
@@ -547,7 +455,7 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         # The negative controls' worker: in this process, on its own queue, the naive tool in place of
         # ours (as `starter.py compare` runs it). The killer leaves it alone; the edge's faults do not.
         unsafe = settings.model_copy(update={"task_queue": f"{stack.task_queue}-unsafe"})
-        naive = build_worker(client, unsafe, unsafe.task_queue, replace=[naive_refund(unsafe)])
+        naive = build_worker(client, unsafe, unsafe.task_queue, extensions=Extensions(replace=[naive_refund(unsafe)]))
         naive_run = asyncio.create_task(naive.run())
 
         edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": rules,

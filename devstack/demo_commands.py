@@ -210,7 +210,7 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
     if args.name not in scenarios.REFUND_SCENARIOS:
         raise StarterError(f"compare runs a refund scenario: one of {', '.join(sorted(scenarios.REFUND_SCENARIOS))}")
     from activities.model import ModelConfigError
-    from worker import build_worker
+    from worker import Extensions, build_worker
 
     _order_id, _build = scenarios.REFUND_SCENARIOS[args.name]
     run_id = datetime.now(UTC).strftime("%H%M%S")
@@ -227,7 +227,8 @@ async def cmd_compare(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 unsafe = settings.model_copy(update={"task_queue": queue})
                 try:
-                    naive_worker = build_worker(client, unsafe, queue, replace=[naive_refund(settings)])
+                    naive_worker = build_worker(client, unsafe, queue,
+                                                extensions=Extensions(replace=[naive_refund(settings)]))
                 except ModelConfigError as err:
                     raise StarterError(str(err)) from None
                 async with naive_worker:

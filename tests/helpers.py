@@ -16,7 +16,7 @@ from core.models import Checkpoint, TaskInput, TaskResult
 from devstack.polling import poll_until
 from devstack.scenarios import SCENARIOS
 from infra.settings import Settings
-from worker import build_worker
+from worker import Extensions, build_worker
 
 _counter = itertools.count(1)
 
@@ -62,7 +62,7 @@ async def waiting(handle: WorkflowHandle, timeout: float = 150.0) -> Checkpoint:
 @asynccontextmanager
 async def running_worker(client: Client, settings: Settings, task_queue: str | None = None,
                          replace: Sequence[Callable] = ()) -> AsyncIterator[None]:
-    async with build_worker(client, settings, task_queue, replace=replace):
+    async with build_worker(client, settings, task_queue, extensions=Extensions(replace=replace)):
         yield
 
 

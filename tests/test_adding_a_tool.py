@@ -27,7 +27,7 @@ from devstack.courier_api import CourierAPI
 from devstack.seed import seed_order
 from infra.settings import Settings
 from tests.helpers import finished, run, start, unique
-from worker import build_worker
+from worker import Extensions, build_worker
 from workflows import AgentTaskWorkflow
 
 CLIENT_TIMEOUT = 1.0
@@ -110,7 +110,7 @@ async def test_a_booking_that_times_out_after_the_courier_accepted_it_is_found_n
 ):
     order = fresh_order(world)
     courier.stall_next = 1
-    async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
+    async with build_worker(client, settings, extensions=Extensions(more_tools=[courier_tools(settings, courier)])):
         result = await run(client, settings, pickup_task(order.order_id, "lamp-1"))
     assert [b["item_id"] for b in courier.bookings] == ["lamp-1"]
     assert courier.posts == 1, "nothing was sent again: the booking was looked up after the timeout"
@@ -125,7 +125,7 @@ async def test_a_booking_that_times_out_after_the_courier_accepted_it_is_found_n
 async def test_the_model_asking_again_books_once(client: Client, settings: Settings, world: World,
                                                  courier: CourierAPI):
     order = fresh_order(world)
-    async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
+    async with build_worker(client, settings, extensions=Extensions(more_tools=[courier_tools(settings, courier)])):
         result = await run(client, settings, pickup_task(order.order_id, "lamp-1", "lamp-1", "lamp-1"))
     assert len(courier.bookings) == 1 and courier.posts == 1
     (step,) = book_steps(result)
@@ -140,7 +140,7 @@ async def test_one_pickup_per_item_across_tickets(client: Client, settings: Sett
     # Someone booked the shade by phone: the courier holds it under a reference that is not ours.
     courier.bookings.append({"id": "pk_phone", "order_id": order.order_id, "item_id": "shade-2", "contact": "",
                              "client_reference": "phone-call-1", "status": "booked", "created": 0.0})
-    async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
+    async with build_worker(client, settings, extensions=Extensions(more_tools=[courier_tools(settings, courier)])):
         first = await run(client, settings, pickup_task(order.order_id, "lamp-1"))
         second = await run(client, settings, pickup_task(order.order_id, "lamp-1", "shade-2"))
     assert sorted(b["item_id"] for b in courier.bookings) == ["lamp-1", "shade-2"], "one pickup per item"
@@ -159,7 +159,7 @@ async def test_a_task_using_the_tool_replays(client: Client, settings: Settings,
                                              courier: CourierAPI):
     order = fresh_order(world)
     courier.stall_next = 1
-    async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
+    async with build_worker(client, settings, extensions=Extensions(more_tools=[courier_tools(settings, courier)])):
         handle = await start(client, settings, pickup_task(order.order_id, "lamp-1", "lamp-1"))
         await finished(handle)
     history = await handle.fetch_history()
@@ -172,7 +172,7 @@ async def test_two_tickets_at_once_book_one_pickup(client: Client, settings: Set
                                                   courier: CourierAPI):
     order = fresh_order(world)
     courier.stall_next = 1  # the first booking is slow to answer, so the second ticket arrives while it is in flight
-    async with build_worker(client, settings, more_tools=[courier_tools(settings, courier)]):
+    async with build_worker(client, settings, extensions=Extensions(more_tools=[courier_tools(settings, courier)])):
         handles = [await start(client, settings, pickup_task(order.order_id, "lamp-1")) for _ in range(2)]
         results = [await finished(h) for h in handles]
     assert [b["item_id"] for b in courier.bookings] == ["lamp-1"]

@@ -14,6 +14,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.db import Database
 from activities.tools import ToolActivities
 from activities.world import World
+from core.authority import Ceilings
 from core.gate import Rejection, validate_call
 from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput
@@ -84,7 +85,7 @@ def test_the_refund_tool_never_pays_what_it_should_not(settings: Settings, world
                                                         amount, currency):
     """Straight at the activity, with real localstripe: whatever passes validation, the tool's own
     guards hold (item price, currency, refundable, ceiling), and the provider never refunds more than was paid."""
-    tools = ToolActivities(Database(settings.agent_db_path), world.gateway, approval_ceiling_cents=15000)
+    tools = ToolActivities(Database(settings.agent_db_path), world.gateway, Ceilings(15000))
     spec = REGISTRY["issue_refund"]
     args = {"order_id": order_id, "item_id": item_id, "amount_cents": amount, "currency": currency, "reason": "x"}
     key = derive_intent_key(spec.name, spec.key_fields, args, {"task_id": "prop"})

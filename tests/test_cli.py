@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.authority import AuthorityActivities, new_key_file, public_key_from
+from activities.authority import AuthorityActivities, Deployment, new_key_file, public_key_from
 from activities.db import Database
+from core.authority import Ceilings
 from core.models import ResolveInput, VerifyInput
 from devstack.stack import Stack
 
@@ -79,7 +80,7 @@ def test_sign_prints_a_decision_the_worker_can_verify(tmp_path: Path):
                                                                                "v1:issue_refund:abc", "re_1")
     db = Database(tmp_path / "agent.db")  # where the verified decision's nonce is kept
     db.create()
-    verify = AuthorityActivities(db, {"ops@example.com": public_key_from(public)}, 0, 0, 1).verify_decision
+    verify = AuthorityActivities(db, Deployment({"ops@example.com": public_key_from(public)}, Ceilings(0, 0), 1)).verify_decision
     verdict = asyncio.run(ActivityEnvironment().run(verify, VerifyInput(decision=decision)))
     assert verdict.valid, verdict.why
     forged = decision.model_copy(update={"provider_ref": "re_2"})

@@ -20,9 +20,9 @@ from alembic.config import Config
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.testing import ActivityEnvironment
 
-from activities.authority import AuthorityActivities, decision_nonces, public_key_from, sign
+from activities.authority import AuthorityActivities, Deployment, decision_nonces, public_key_from, sign
 from activities.db import MIGRATIONS, Database
-from core.authority import signed_message
+from core.authority import Ceilings, signed_message
 from core.models import ResolveInput, Verdict, VerifyInput
 from infra.settings import Settings
 from tests.approvers import ALICE, ALICE_KEY, APPROVERS, BOB, BOB_KEY
@@ -41,8 +41,8 @@ def db(tmp_path: Path) -> Database:
 def authority(db: Database, lifetime: int | None = None, approvers: str = APPROVERS) -> AuthorityActivities:
     keys = Settings(approvers=approvers).approver_keys
     extra = {} if lifetime is None else {"decision_max_lifetime_seconds": lifetime}
-    return AuthorityActivities(db, {name: public_key_from(key) for name, key in keys.items()}, 10000, None, 3600,
-                               **extra)
+    return AuthorityActivities(db, Deployment({name: public_key_from(key) for name, key in keys.items()},
+                                              Ceilings(10000), 3600, **extra))
 
 
 def decision(valid_for: timedelta = timedelta(minutes=30), by: str = ALICE,

@@ -15,7 +15,7 @@ from infra.settings import Settings
 from tests.evolution_workflows import PATCH, PatchedChange, UnguardedChange
 from tests.helpers import run, scenario_task
 from tests.test_replay import CORPUS, HISTORIES, load, replayer
-from worker import build_worker
+from worker import Extensions, build_worker
 from workflows import AgentTaskWorkflow
 
 HAPPY = Path(__file__).parent / "histories" / "su-88421-happy.json"
@@ -33,7 +33,7 @@ async def test_the_patched_change_replays_every_old_history(path: Path):
 
 async def test_the_patched_change_runs_new_tasks_the_new_way(client: Client, settings: Settings, world: World):
     task = scenario_task("SU-88421")
-    async with build_worker(client, settings, workflow_class=PatchedChange):
+    async with build_worker(client, settings, extensions=Extensions(workflow=PatchedChange)):
         result = await run(client, settings, task)
     history = await client.get_workflow_handle(task.task_id).fetch_history()
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events

@@ -20,6 +20,7 @@ from activities.ledger import Claimed, EffectLedger, Hold, HumanWord, Request
 from activities.payments import NotSent, StripeGateway, send_before
 from activities.tools import ToolActivities
 from activities.world import World
+from core.authority import Ceilings
 from core.models import SETTLED, Checkpoint, Outcome, ToolInput, ToolResult
 from devstack.edge_control import EdgeControl
 from devstack.stack import STRIPE_API_KEY, Stack
@@ -119,7 +120,7 @@ def answer_lost(settings: Settings):
     the refund) and then fails, as a live attempt timed out by the server does. Attempts run out."""
     db = Database(settings.agent_db_path)
     tools = ToolActivities(db, StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, settings.stripe_timeout_seconds),
-                           settings.approval_ceiling_cents, provider_terms(settings))
+                           Ceilings(settings.approval_ceiling_cents), provider_terms(settings))
 
     @activity.defn(name="issue_refund")
     async def issue_refund(call: ToolInput) -> ToolResult:

@@ -18,6 +18,7 @@ from activities.effects import ProviderTerms
 from activities.ledger import Claimed, EffectLedger, Hold, Request
 from activities.tools import ToolActivities
 from activities.world import World
+from core.authority import Ceilings
 from core.keys import derive_intent_key
 from core.models import Outcome, ToolInput
 from core.tools import REGISTRY
@@ -35,7 +36,7 @@ def attempt(n: int) -> ActivityEnvironment:
 def test_a_held_intent_is_not_sent_twice(settings: Settings, world: World, edge: EdgeControl):
     edge.configure("passthrough")
     db = Database(settings.database)
-    tools = ToolActivities(db, world.gateway, approval_ceiling_cents=15000,
+    tools = ToolActivities(db, world.gateway, Ceilings(15000),
                            terms=ProviderTerms(request_timeout_seconds=5, processing_window_seconds=30))
     spec = REGISTRY["issue_refund"]
     args = {"order_id": "ORD-8841", "item_id": "kettle-01", "amount_cents": 4500, "currency": "usd", "reason": "x"}

@@ -26,6 +26,7 @@ from activities.db import Database
 from activities.records import MessageLimits, Outgoing, OverCap, Records, Sent, send_once
 from activities.tools import ToolActivities
 from activities.world import World
+from core.authority import Ceilings
 from core.gate import Rejection, validate_call
 from core.models import Outcome, TaskInput, TaskKind, ToolInput, ToolResult
 from devstack.scenarios import invoice_inv_9
@@ -188,7 +189,7 @@ def test_the_count_reads_the_outbox_by_task(tmp_path: Path):
 def answer_lost_once(settings: Settings, world: World, lost: str):
     """The real notify_customer, whose first answer about the message `lost` never reaches the
     workflow (after the send committed): Temporal runs the same intent again."""
-    tools = ToolActivities(Database(settings.agent_db_path), world.gateway, settings.approval_ceiling_cents,
+    tools = ToolActivities(Database(settings.agent_db_path), world.gateway, Ceilings(settings.approval_ceiling_cents),
                            limits=message_limits(settings))
 
     @activity.defn(name="notify_customer")

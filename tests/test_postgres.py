@@ -114,11 +114,12 @@ def _verify_many(url: str, decision_json: str, approvers: str, threads: int, go,
 
     from temporalio.testing import ActivityEnvironment
 
-    from activities.authority import AuthorityActivities, public_key_from
+    from activities.authority import AuthorityActivities, Deployment, public_key_from
+    from core.authority import Ceilings
     from core.models import ResolveInput, VerifyInput
 
     keys = Settings(approvers=approvers).approver_keys
-    authority = AuthorityActivities(Database(url), {n: public_key_from(k) for n, k in keys.items()}, 0, None, 60)
+    authority = AuthorityActivities(Database(url), Deployment({n: public_key_from(k) for n, k in keys.items()}, Ceilings(0), 60))
     request = VerifyInput(decision=ResolveInput.model_validate_json(decision_json))
     barrier = threading.Barrier(threads)
 

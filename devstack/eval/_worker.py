@@ -13,7 +13,7 @@ import signal
 from devstack.eval.columns import parse_column
 from infra import connection, telemetry
 from infra.settings import load_settings
-from worker import build_worker
+from worker import Extensions, build_worker
 
 
 async def main(spec: str) -> None:
@@ -25,7 +25,7 @@ async def main(spec: str) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    async with build_worker(client, settings, backend=backend, replace=column.replace(settings)):
+    async with build_worker(client, settings, backend=backend, extensions=Extensions(replace=column.replace(settings))):
         print(f"worker ready: eval column {spec} on {settings.task_queue}", flush=True)
         await stop.wait()
     await backend.aclose()

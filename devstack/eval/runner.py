@@ -47,7 +47,7 @@ from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra import connection
 from infra.settings import Settings
-from worker import build_worker
+from worker import Extensions, build_worker
 
 __all__ = ["Run", "Runner"]
 
@@ -123,7 +123,8 @@ class Runner:
             for column in columns:
                 settings = self.settings(f"eval-{column.name}-{self._token}")
                 await workers.enter_async_context(
-                    build_worker(client, settings, backend=column.backend(settings), replace=column.replace(settings)))
+                    build_worker(client, settings, backend=column.backend(settings),
+                                 extensions=Extensions(replace=column.replace(settings))))
             for ticket in tickets:
                 for condition in conditions:
                     for column in columns:
