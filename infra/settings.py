@@ -84,6 +84,11 @@ class Settings(BaseSettings):
                                      " use above which no slot is added")
     worker_target_memory: float = Field(default=0.8, gt=0, le=1, description="resource tuner: the same for"
                                         " memory")
+    # A workflow task waits this long on the sticky queue of the worker that holds its run before it goes
+    # to the shared queue, where another worker (or the same) replays the whole history. Longer than the
+    # backlog a busy worker's queue holds; it is what a task on a dead worker's sticky queue waits.
+    worker_sticky_timeout_seconds: float = Field(default=10, gt=0, description="how long a workflow task"
+                                                 " waits for the worker that holds its run (sticky queue)")
 
     @property
     def database(self) -> str:
