@@ -27,6 +27,10 @@ class EdgeControl:
     def stats(self) -> dict[str, int]:
         return self._call("GET", "/_edge/stats")
 
+    def marked(self) -> list[dict[str, Any]]:
+        """The requests that rules with a label fired on (their metadata's task_id and intent_key)."""
+        return self._call("GET", "/_edge/marked")
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,

@@ -12,7 +12,8 @@ prefix and pick requests by their count (`nth`, `from_nth`); `probability` then 
 request through the rule only on that fraction of draws (a `random.Random` seeded by the
 config's `seed`, so one run of requests in one order draws the same faults). Control plane:
 PUT /_edge/config {"mode": ..., "rules": [...]} (also forgets saved keys and counters, like
-a fresh account), GET /_edge/stats.
+a fresh account), GET /_edge/stats. A rule with a `label` also counts under `fault:<label>` and
+notes each request it fires on (its metadata's task_id and intent_key): GET /_edge/marked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hashlib
 import json
 import random
 import time
+import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
@@ -49,6 +51,7 @@ class Rule(BaseModel):
     delay_seconds: float = 0.0
     probability: float | None = Field(default=None, ge=0.0, le=1.0,
                                       description="fire on this fraction of the requests picked above")
+    label: str | None = Field(default=None, description="count under fault:<label> and note each request")
 
     def picks(self, count: int) -> bool:
         if self.nth is not None:
@@ -82,6 +85,7 @@ class Edge:
         self._keys: dict[str, _Saved] = {}
         self._rng = random.Random(config.seed)
         self.stats: Counter[str] = Counter()
+        self.marked: list[dict[str, str | float | None]] = []
         self._session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
@@ -89,6 +93,7 @@ class Edge:
         app.router.add_put("/_edge/config", self._put_config)
         app.router.add_get("/_edge/config", self._get_config)
         app.router.add_get("/_edge/stats", self._get_stats)
+        app.router.add_get("/_edge/marked", self._get_marked)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         app.on_cleanup.append(self._close)
         return app
@@ -103,6 +108,7 @@ class Edge:
         self._keys.clear()
         self._rng = random.Random(self.config.seed)
         self.stats.clear()
+        self.marked.clear()
         return web.json_response(self.config.model_dump())
 
     async def _get_config(self, request: web.Request) -> web.Response:
@@ -110,6 +116,9 @@ class Edge:
 
     async def _get_stats(self, request: web.Request) -> web.Response:
         return web.json_response(dict(self.stats))
+
+    async def _get_marked(self, request: web.Request) -> web.Response:
+        return web.json_response(self.marked)
 
     def _rule_for(self, method: str, path: str) -> Rule | None:
         chosen = None
@@ -135,6 +144,12 @@ class Edge:
         if rule is not None:
             self.stats[f"fault:{rule.fault}"] += 1
             self.stats[f"fault:{rule.fault}:{request.method}"] += 1  # a slow GET and a slow POST differ
+            if rule.label:
+                self.stats[f"fault:{rule.label}"] += 1
+                form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+                self.marked.append({"label": rule.label, "at": time.time(),
+                                    "task_id": form.get("metadata[task_id]", [None])[0],
+                                    "intent_key": form.get("metadata[intent_key]", [None])[0]})
             if rule.delay_seconds and rule.fault not in AFTER:
                 await asyncio.sleep(rule.delay_seconds)
             if rule.fault in BEFORE:
