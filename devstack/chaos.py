@@ -1,29 +1,51 @@
 """Exactly-once under chaos: refund tickets through two worker processes that keep being
-SIGKILLed, against a Stripe edge that injects faults on a fraction of requests. A check on
-the world, not on the model's replies.
+SIGKILLed and paused, against a Stripe edge that injects faults on a fraction of requests, while the
+Temporal server, the provider and the ledger's database go down and come back. A check on the world,
+not on the model's replies.
 
     python -m devstack.chaos [--tickets 300] [--mode dedupe|passthrough|both] [--seed N] [--rate 10]
+                             [--ledger sqlite|postgres] [--faults all|kind,kind,...]
 
-For each edge mode it starts its own stack (Temporal dev server + localstripe behind the Stripe
-edge, free ports, a temporary folder), seeds the paid batch orders the tickets need, starts two
-`worker.py` processes (STRIPE_TIMEOUT_SECONDS=1, STRIPE_PROCESSING_WINDOW_SECONDS=2.5: the
-deployment's word for how late a request may still land at the provider, which must cover the
-slow POST's hold minus the client timeout, plus a margin) and then, at the same time:
+For each edge mode it starts its own stack (Temporal dev server on a SQLite file + localstripe behind
+the Stripe edge with a store file, free ports, a temporary folder; with `--ledger postgres` a database
+of its own on 127.0.0.1:5432, dropped at the end), seeds the paid batch orders the tickets need,
+starts two `worker.py` processes (STRIPE_TIMEOUT_SECONDS=1, STRIPE_PROCESSING_WINDOW_SECONDS=2.5:
+the deployment's word for how late a request may still land at the provider, which must cover the
+slow POST's hold minus the client timeout, plus a margin; EFFECT_LEASE_SECONDS=5) and then, at the
+same time:
 
 - starts the N refund tickets at `--rate` tasks per second (`chaos_tickets`, seeded): most refund
   their own order's item in full; some are a customer's second ticket for an item another ticket
   refunds (often at the same time); some refund part of an item (a split refund) and a later
   ticket the rest; so the ledger's budgets per item and per order are exercised across tasks;
-- a killer, after a seeded random 1-5 s, either SIGKILLs one of the two workers (chosen by a seeded
-  RNG), restarts it and waits for it to be ready, or (a third of the time) SIGSTOPs it and SIGCONTs
-  it after a seeded 2-10 s (a process that wakes up late, after its leases and heartbeats ran out);
-  then it draws the next interval;
+- a killer (devstack/chaos_faults.py), every seeded 1-5 s, does one fault of a kind drawn from a
+  deck that holds each kind asked for at least once a round: SIGKILL a random worker (restarted);
+  SIGSTOP one and SIGCONT it 2-10 s later (a process that wakes up late, after its leases and
+  heartbeats ran out); SIGSTOP both workers together; SIGKILL or SIGSTOP a worker at one of the
+  product's own crash points (activities/faults.py, armed through CRASH_ARMED: between the ledger's
+  claim and the refund POST, between the provider's accept and the settle, an activity's start or
+  end, after a message is sent), restarted or woken like the others; SIGKILL the Temporal dev
+  server and start it again on its file (every history kept); restart the provider's process (the
+  edge and localstripe: SIGTERM, its store saved; see chaos_faults.py); and, on PostgreSQL, a
+  failover: every connection to the run's database terminated (pg_terminate_backend) every 0.2 s
+  for 1-3 s, since the shared server itself cannot be killed;
 - the edge fires, on a seeded fraction of `POST /v1/refunds`, one of timeout_after_accept
   (answer after the client's 1 s timeout), error_after_commit, error_before_commit,
   drop_after_commit and drop_before_commit, and `slow` (held 2.5 s before it is forwarded: longer
   than the client's timeout, so the lookup right after the timeout cannot see it yet); and `slow`
   (0.4 s, under the client's timeout) on a fraction of `GET /v1/refunds` (the lookups and the
-  refundable-amount check).
+  refundable-amount check);
+- `hold beyond window`: the 10th refund POST and 1% of the others are held lease + timeout + window
+  + 2 s (10.5 s) before they are forwarded: they land after the settle horizon the workers were
+  told to trust. The deployment's promise is broken on purpose; what is wanted there is a person
+  asked (awaiting_human, an unknown outcome), never a second refund. The edge notes each such
+  request's ticket, and the report gives the judge's word on each (end state, refunds at the
+  provider, flagged or not). A second refund is a finding on a ticket that is not a control: the
+  run fails.
+
+Each fault kind asked for (`--faults`, all by default) is counted, and the run fails when one
+happened fewer times than asked (at least once each): a run that did not do what it says proves
+nothing.
 
 A small share of the tickets (`--controls`, 5%, at least one) are negative controls: each is alone on
 its order, and runs on a queue of its own served by a worker in this process that has the naive
@@ -31,7 +53,8 @@ refund tool (devstack/unsafe.py: a fresh idempotency key per attempt, "refund fa
 in place of ours. The judge must flag exactly those tickets.
 
 The chaos lasts while tickets are being started and then until every task is settled (a final
-state, or `awaiting_human`) or `--chaos-tail` seconds have passed. Then it reads the edge's
+state, or `awaiting_human`) and every kind asked for was drawn once, or `--chaos-tail` seconds
+have passed. Then it reads the edge's
 fault counters, lifts the faults (which, in dedupe mode, also makes the edge forget saved keys
 like a fresh account: the tool must not rely on them), stops the killer, and polls every task
 with a deadline until each is completed, dead_lettered, cancelled or awaiting_human.
@@ -43,7 +66,8 @@ read the world: every refund and payment at the provider over its HTTP API, the 
 plain SQL, each task's end state from Temporal; and weigh it against what each ticket asked for, per
 item, order, ticket and party (see devstack/judge/checks.py). The run passes ("exactly once: yes",
 exit 0) only when no ticket is lost, the judge flags exactly the negative controls, no person was
-asked about an intent already settled, and chaos actually happened (edge faults and worker kills).
+asked about an intent already settled, and chaos actually happened (edge faults and worker kills,
+and each fault kind asked for at least once).
 
 Kill -> resume time, derived from the event histories (server timestamps; the server runs on
 this machine, so they share the killer's wall clock). Each kill records the victim's pid, which is
@@ -79,7 +103,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -102,10 +125,10 @@ from activities.payments import StripeGateway
 from client import start_task
 from core.models import Checkpoint, TaskInput, TaskResult
 from core.names import STATUS_ATTR
+from devstack.chaos_faults import KINDS, Kill, Killer, Outages, drop_database, run_database
 from devstack.judge import Ticket, Verdict, judge, wait_until_quiet
 from devstack.judge import table as judge_table
 from devstack.judge.report import detail_lines
-from devstack.chaos_faults import KINDS, OUTAGE_KINDS, WORKER_KINDS, Kill, Killer, Outages
 from devstack.polling import poll_until
 from devstack.processes import WorkerProcess
 from devstack.scenarios import batch_order, batch_ticket
@@ -125,7 +148,12 @@ FINAL = ("completed", "dead_lettered", "cancelled")
 SETTLED = (*FINAL, "awaiting_human")
 CLIENT_TIMEOUT = 1.0
 SLOW_POST_SECONDS = 2.5  # the provider holds a refund longer than the client waits for it
+LEASE_SECONDS = 5.0  # the workers' EFFECT_LEASE_SECONDS: how long after its claim a request may leave
 WORKERS = 2
+BEYOND = "hold beyond window"  # an edge rule's label: a refund POST held past its whole settle horizon
+# Every fault kind the run can be asked for: the killer's (devstack/chaos_faults.py) and the edge's hold.
+ALL_KINDS = (*KINDS, BEYOND)
+LEDGERS = ("sqlite", "postgres")
 
 
 def fault_rules(post_probability: float = 0.07, slow_probability: float = 0.2,
@@ -140,18 +168,34 @@ def fault_rules(post_probability: float = 0.07, slow_probability: float = 0.2,
     return rules
 
 
+def beyond_window_rules(window: float, probability: float = 0.01, nth: int = 10) -> list[dict[str, Any]]:
+    """Refund POSTs the provider holds longer than the workers' processing window says it can: held
+    LEASE + timeout + window + 2 s before they are forwarded, so each lands after its attempt's settle
+    horizon (send-by + timeout + window), when the worker may already have looked, found nothing and
+    gone on. The `nth` refund POST always, and `probability` of the others. Put first: they win."""
+    hold = {"fault": "slow", "method": "POST", "path": "/v1/refunds", "label": BEYOND,
+            "delay_seconds": LEASE_SECONDS + CLIENT_TIMEOUT + window + 2.0}
+    return [{**hold, "nth": [nth]}, {**hold, "probability": probability}]
+
+
 def worker_env(slow_post_seconds: float = SLOW_POST_SECONDS) -> dict[str, str]:
     """The workers' provider terms. The processing window (how late a request may still land, as this
     deployment configures it) covers the slow POST's hold past the client timeout, plus a margin."""
     window = max(0.0, slow_post_seconds - CLIENT_TIMEOUT) + 1.0
     return {"STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "STRIPE_PROCESSING_WINDOW_SECONDS": str(window),
-            "STRIPE_HONOURS_KEYS": "false", "RECONCILE_EVERY_MINUTES": "0"}
+            "STRIPE_HONOURS_KEYS": "false", "RECONCILE_EVERY_MINUTES": "0", "EFFECT_LEASE_SECONDS": str(LEASE_SECONDS)}
 
 
 def slow_post_seconds(rules: list[dict[str, Any]]) -> float:
-    """The longest hold of a `slow` rule on refund POSTs (0 without one)."""
+    """The longest hold of a `slow` rule on refund POSTs that the window is to cover (0 without one): the
+    holds beyond the window are left out, they are there to exceed it."""
     return max((r.get("delay_seconds", 0.0) for r in rules
-                if r["fault"] == "slow" and r.get("method") == "POST"), default=0.0)
+                if r["fault"] == "slow" and r.get("method") == "POST" and r.get("label") != BEYOND), default=0.0)
+
+
+def longest_hold(rules: list[dict[str, Any]]) -> float:
+    """The longest any rule holds a request: after it, nothing the edge held can still land."""
+    return max((r.get("delay_seconds", 0.0) for r in rules), default=0.0)
 
 
 # --- the tickets ---------------------------------------------------------------------------------
@@ -312,8 +356,9 @@ def _pid(identity: str) -> int | None:
 
 
 # A pause explains a timeout up to this long after SIGCONT (the longest of the workflow task timeout,
-# 3 s, the sticky-queue timeout and the tool heartbeat timeout, with room): later ones are a busy worker's.
-PAUSE_REACH = 5.0
+# 3 s, the sticky-queue timeout, WORKER_STICKY_TIMEOUT_SECONDS 10 s, and the tool heartbeat timeout, with
+# room): later ones are a busy worker's.
+PAUSE_REACH = 12.0
 
 
 def _explains(kill: Kill, at: float) -> bool:
@@ -396,6 +441,13 @@ class ChaosReport:
     stop_exit_codes: list[int | None]
     seconds: dict[str, float]
     data_dir: str = ""
+    ledger: str = "sqlite"
+    asked: dict[str, int] = dataclasses.field(default_factory=dict)   # fault kind -> at least this many
+    happened: dict[str, int] = dataclasses.field(default_factory=dict)  # fault kind -> how many
+    aimed: dict[str, int] = dataclasses.field(default_factory=dict)   # "<point> <SIGNAL>" -> fired
+    aim_missed: int = 0           # crash points armed and not reached in time (disarmed)
+    connections_cut: int = 0      # ledger connections terminated
+    held: dict[str, str] = dataclasses.field(default_factory=dict)    # task held beyond the window -> outcome
 
     @property
     def chaos_happened(self) -> bool:
@@ -403,8 +455,13 @@ class ChaosReport:
         return sum(self.faults.values()) > 0 and self.kills > 0
 
     @property
+    def short(self) -> dict[str, tuple[int, int]]:
+        """Fault kinds that happened fewer times than asked: kind -> (happened, asked)."""
+        return {k: (self.happened.get(k, 0), n) for k, n in self.asked.items() if self.happened.get(k, 0) < n}
+
+    @property
     def passed(self) -> bool:
-        return self.verdict.ok and self.chaos_happened
+        return self.verdict.ok and self.chaos_happened and not self.short
 
     def why_not(self) -> list[str]:
         v = self.verdict
@@ -416,40 +473,73 @@ class ChaosReport:
             reasons.append(f"{len(v.settled_escalations)} escalations about settled intents")
         if not self.chaos_happened:
             reasons.append(f"no chaos: {sum(self.faults.values())} edge faults, {self.kills} kills")
+        for kind, (happened, asked) in self.short.items():
+            reasons.append(f"fewer faults than asked: {kind} {happened} of at least {asked}")
         return reasons
+
+
+def held_outcome(verdict: Verdict, task_id: str) -> str:
+    """What the judge saw of a ticket whose refund POST was held beyond the window: its end state, how
+    many refunds the provider holds for it, and whether it was flagged (a second payment would be)."""
+    t = verdict.tickets.get(task_id)
+    if t is None:
+        return "not a ticket of the run"
+    cause = next((c for c in t.causes if c.startswith("escalation")), "")
+    flag = "flagged: " + ", ".join(sorted({f.kind for f in t.findings})) if t.findings else "not flagged"
+    control = "negative control: " if t.ticket.control else ""
+    return f"{control}{t.end.state}, {len(t.money)} refund(s) at the provider, {flag}" + (f"; {cause}" if cause else "")
 
 
 async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: float = 10.0,
                     chaos_tail: float = 60.0, settle_timeout: float = 180.0,
                     say: Callable[[str], None] = print, rules: list[dict[str, Any]] | None = None,
-                    controls: float = 0.05) -> ChaosReport:
+                    controls: float = 0.05, kinds: tuple[str, ...] | None = None,
+                    ledger: str = "sqlite", every: tuple[float, float] = (1.0, 5.0),
+                    pause: tuple[float, float] = (2.0, 10.0)) -> ChaosReport:
     """One chaos run in one edge mode on its own stack in data_dir; returns what it found. `controls`:
-    the share of tickets run through the naive refund tool (negative controls)."""
+    the share of tickets run through the naive refund tool (negative controls). `kinds`: the fault kinds
+    asked for (ALL_KINDS; each must happen at least once), by default every kind the ledger allows.
+    `ledger`: sqlite (a file in data_dir) or postgres (a database of its own on 127.0.0.1:5432). `every`:
+    seconds between faults (drawn), `pause`: how long a paused worker stays stopped (drawn)."""
     await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
     rng = random.Random(seed)
     plan = with_controls(chaos_tickets(tickets, random.Random(rng.random())), controls, random.Random(seed + 1))
+    kinds = tuple(k for k in ALL_KINDS if k != "ledger connections cut" or ledger == "postgres") \
+        if kinds is None else kinds
     rules = fault_rules() if rules is None else rules
+    env = worker_env(slow_post_seconds(rules))
+    window = float(env["STRIPE_PROCESSING_WINDOW_SECONDS"])
+    if BEYOND in kinds and not any(r.get("label") == BEYOND for r in rules):
+        rules = [*beyond_window_rules(window), *rules]
     stack = Stack.for_tests(data_dir)
     t0 = time.monotonic()
+    database = await asyncio.to_thread(run_database, ledger, stack.agent_db, f"chaos_{mode}_{os.getpid()}")
     await asyncio.to_thread(stack.start)
     slots: list[WorkerProcess] = []
     naive: Worker | None = None
     try:
         seconds = {"stack_start": time.monotonic() - t0}
         edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
-        db = Database(stack.agent_db)
+        db = Database(database)
         gateway = StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)
         t = time.monotonic()
         await asyncio.to_thread(seed_scenarios, db, gateway, max(t.order for t in plan))
         seconds["seed"] = time.monotonic() - t
-        env = worker_env(slow_post_seconds(rules))
+        if ledger == "postgres":
+            env["DATABASE_URL"] = database
         settings = Settings(temporal_address=stack.address, task_queue=stack.task_queue,
                             stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
                             agent_db_path=stack.agent_db, stripe_timeout_seconds=CLIENT_TIMEOUT,
-                            stripe_processing_window_seconds=float(env["STRIPE_PROCESSING_WINDOW_SECONDS"]),
-                            reconcile_every_minutes=0)
-        started = await asyncio.gather(*(asyncio.to_thread(stack.start_worker, data_dir / f"worker-{n + 1}.log", env)
-                                         for n in range(WORKERS)))
+                            stripe_processing_window_seconds=window, effect_lease_seconds=LEASE_SECONDS,
+                            reconcile_every_minutes=0,
+                            **({"database_url": database} if ledger == "postgres" else {}))
+        edge_config = {"mode": mode, "rules": rules, "seed": seed}
+        outages = Outages(stack, edge_config, database.rsplit("/", 1)[-1] if ledger == "postgres" else None)
+        killer = Killer(stack, slots, env, random.Random(rng.random()), data_dir,
+                        kinds=tuple(k for k in kinds if k in KINDS), outages=outages, min_s=every[0],
+                        max_s=every[1], pause_s=pause)
+        started = await asyncio.gather(*(asyncio.to_thread(stack.start_worker, data_dir / f"worker-{n + 1}.log",
+                                                           killer.worker_env(n)) for n in range(WORKERS)))
         slots.extend(started)
         client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
         # The negative controls' worker: in this process, on its own queue, the naive tool in place of
@@ -458,34 +548,31 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         naive = build_worker(client, unsafe, unsafe.task_queue, extensions=Extensions(replace=[naive_refund(unsafe)]))
         naive_run = asyncio.create_task(naive.run())
 
-        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": rules,
-                                                          "seed": seed})
-        killer = Killer(stack, slots, env, random.Random(rng.random()), data_dir)
+        edge_call(stack.stripe_url, "PUT", "/_edge/config", edge_config)
         tracker = Tracker()
         chaos_started = time.monotonic()
         killer.start()
         say(f"[{mode}] chaos: {tickets} tickets ({sum(t.control for t in plan)} negative controls) at {rate:g}/s, "
-            f"2 workers, kills or pauses every 1-5 s, faults on; the workers' STRIPE_PROCESSING_WINDOW_SECONDS="
-            f"{env['STRIPE_PROCESSING_WINDOW_SECONDS']} covers a {slow_post_seconds(rules):g} s provider hold past "
-            f"the {CLIENT_TIMEOUT:g} s client timeout")
+            f"2 workers, {ledger} ledger, a fault every 1-5 s ({', '.join(kinds)}), edge faults on; the workers' "
+            f"STRIPE_PROCESSING_WINDOW_SECONDS={window:g} covers a {slow_post_seconds(rules):g} s provider hold "
+            f"past the {CLIENT_TIMEOUT:g} s client timeout")
         for n, ticket in enumerate(plan, start=1):
             task = ticket.task
-            tracker.handles[task.task_id] = await start_task(client, unsafe if ticket.control else settings, task)
+            tracker.handles[task.task_id] = await _start(client, unsafe if ticket.control else settings, task)
             if n % max(1, int(rate)) == 0:
                 await asyncio.sleep(max(0.0, chaos_started + n / rate - time.monotonic()))  # the start rate
         seconds["starting"] = time.monotonic() - chaos_started
-        try:  # the chaos goes on until every task is settled, or for the tail at most
-            await poll_until(lambda: _all_settled(tracker, tickets), "every task to settle", chaos_tail, 1.0)
+        try:  # the chaos goes on until every task is settled and each fault kind was drawn, or for the tail
+            await poll_until(lambda: _chaos_done(tracker, tickets, killer), "every task to settle", chaos_tail, 1.0)
         except TimeoutError:
             pass
         seconds["chaos"] = time.monotonic() - chaos_started
 
-        faults = {k.removeprefix("fault:"): v for k, v in edge_call(stack.stripe_url, "GET", "/_edge/stats").items()
-                  if k.startswith("fault:")}
-        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
         await killer.stop()
-        say(f"[{mode}] faults lifted, killer stopped after {len(killer.kills)} kills and {len(killer.pauses)} pauses; "
-            "waiting for every task")
+        await asyncio.to_thread(outages.take_edge_counts)
+        faults = {k.removeprefix("fault:"): v for k, v in outages.edge_stats.items() if k.startswith("fault:")}
+        edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
+        say(f"[{mode}] killer stopped after {dict(killer.counts)}, faults lifted; waiting for every task")
 
         t = time.monotonic()
         try:
@@ -502,22 +589,42 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         await naive_run
         naive = None
         t = time.monotonic()
-        await wait_until_quiet(stack.agent_db, at_least_until=time.time() + slow_post_seconds(rules) + CLIENT_TIMEOUT)
+        await wait_until_quiet(database, at_least_until=time.time() + longest_hold(rules) + CLIENT_TIMEOUT)
         seconds["quiet"] = time.monotonic() - t
         say(f"[{mode}] every worker stopped, settle horizons passed; judging")
         verdict = await judge([judged(t) for t in plan], provider_url=stack.stripe_url, api_key=STRIPE_API_KEY,
-                              database=stack.agent_db, client=client)
+                              database=database, client=client)
         resume, unattributed, paused = await _resume_figures(client, list(tracker.handles), killer, data_dir)
+        happened = {**killer.counts, BEYOND: faults.get(BEYOND, 0)}
+        held = {str(m["task_id"]): held_outcome(verdict, str(m["task_id"]))
+                for m in outages.edge_marked if m.get("label") == BEYOND}
         return ChaosReport(
             mode=mode, tasks=len(plan), kills=len(killer.kills), faults=faults, pauses=len(killer.pauses),
             tickets=Counter(t.kind for t in plan), controls=sum(t.control for t in plan), verdict=verdict,
             resume=resume, unattributed_timeouts=unattributed, paused_timeouts=paused,
             unexpected_worker_exits=len(killer.unexpected), stop_exit_codes=codes,
-            seconds={**seconds, "total": time.monotonic() - t0}, data_dir=str(data_dir))
+            seconds={**seconds, "total": time.monotonic() - t0}, data_dir=str(data_dir), ledger=ledger,
+            asked=dict.fromkeys(kinds, 1), happened=happened, aimed=dict(killer.aimed),
+            aim_missed=sum(killer.missed.values()), connections_cut=outages.connections_cut, held=held)
     finally:
         if naive is not None:
             await naive.shutdown()
         await asyncio.to_thread(stack.stop)
+        await asyncio.to_thread(drop_database, database)
+
+
+async def _start(client: Client, settings: Settings, task: TaskInput, timeout: float = 60.0) -> WorkflowHandle:
+    """Start a task; while the Temporal server is being restarted, again until it answers (deadline)."""
+    async def attempt() -> WorkflowHandle | None:
+        try:
+            return await start_task(client, settings, task)
+        except RPCError:
+            return None
+    return await poll_until(attempt, f"the start of {task.task_id}", timeout, 0.2)
+
+
+async def _chaos_done(tracker: Tracker, tickets: int, killer: Killer) -> bool:
+    return killer.first_round_done and await _all_settled(tracker, tickets)
 
 
 async def _all_settled(tracker: Tracker, tickets: int) -> bool:
@@ -561,6 +668,11 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _kind_of(outcome: str) -> str:
+    """A held ticket's outcome without its escalation's text (held_outcome's first three parts)."""
+    return outcome.split(";", 1)[0]
+
+
 def table(reports: list[ChaosReport]) -> str:
     """The run's figures per edge mode; the judge's own table follows it in `main` (judge_table)."""
     def row(label: str, cells: list[Any]) -> str:
@@ -575,10 +687,27 @@ def table(reports: list[ChaosReport]) -> str:
                    [" / ".join(str(r.tickets.get(k, 0)) for k in ("first", "second", "split", "rest"))
                     for r in reports]))
     out.append(row("negative controls (the naive refund tool, its own queue)", [r.controls for r in reports]))
-    out.append(row("worker kills (SIGKILL, restarted)", [r.kills for r in reports]))
-    out.append(row("worker pauses (SIGSTOP, SIGCONT after 2-10 s)", [r.pauses for r in reports]))
+    out.append(row("ledger", [r.ledger for r in reports]))
+    out.append(row("worker kills in all (SIGKILL, restarted; random and aimed)", [r.kills for r in reports]))
+    out.append(row("worker pauses in all (SIGSTOP, SIGCONT after 2-10 s; random, aimed, both)",
+                   [r.pauses for r in reports]))
+    for kind in ALL_KINDS:
+        out.append(row(f"**fault: {kind}** (happened / asked at least)",
+                       [f"{r.happened.get(kind, 0)} / {r.asked[kind]}" if kind in r.asked else "off"
+                        for r in reports]))
+    points = sorted({p for r in reports for p in r.aimed})
+    for point in points:
+        out.append(row(f"aimed at crash point: {point}", [r.aimed.get(point, 0) for r in reports]))
+    out.append(row("aimed crash points armed and not reached in time (disarmed, drawn again)",
+                   [r.aim_missed for r in reports]))
+    out.append(row("ledger connections terminated (pg_terminate_backend)",
+                   [r.connections_cut if r.ledger == "postgres" else "-" for r in reports]))
     for label, key in FAULT_KINDS:
         out.append(row(f"faults: {label} /v1/refunds", [r.faults.get(key, 0) for r in reports]))
+    outcomes = sorted({_kind_of(o) for r in reports for o in r.held.values()})
+    for outcome in outcomes:
+        out.append(row(f"tickets held beyond the window: {outcome}",
+                       [sum(_kind_of(o) == outcome for o in r.held.values()) for r in reports]))
     for state in ("completed", "awaiting_human", "dead_lettered", "cancelled"):
         out.append(row(state, ends(state)))
     out.append(row("**lost** (must be 0)", ends("lost")))
@@ -616,7 +745,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=[*MODES, "both"], default="both")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rate", type=float, default=10.0, help="tickets started per second")
-    parser.add_argument("--chaos-tail", type=float, default=60.0,
+    parser.add_argument("--chaos-tail", type=float, default=120.0,
                         help="seconds of chaos after the last start, at most, before the faults are lifted")
     parser.add_argument("--settle-timeout", type=float, default=180.0)
     parser.add_argument("--keep", action="store_true", help="keep the data folder (logs, databases)")
@@ -625,22 +754,32 @@ async def main(argv: list[str] | None = None) -> int:
                              "must flag exactly those; at least one when above 0)")
     parser.add_argument("--details", action="store_true",
                         help="also list the judge's findings on the negative controls (they are counted either way)")
+    parser.add_argument("--ledger", choices=LEDGERS, default="sqlite",
+                        help="the ledger's database: a SQLite file, or a PostgreSQL database of the run's own on "
+                             "127.0.0.1:5432 (its connections are cut during the run)")
+    parser.add_argument("--faults", default="all",
+                        help="comma-separated fault kinds asked for, each at least once (all: every kind the "
+                             f"ledger allows): {', '.join(ALL_KINDS)}")
     args = parser.parse_args(argv)
+    kinds = None if args.faults == "all" else tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    if kinds is not None and set(kinds) - set(ALL_KINDS):
+        parser.error(f"unknown fault kinds: {', '.join(sorted(set(kinds) - set(ALL_KINDS)))}")
     modes = list(MODES) if args.mode == "both" else [args.mode]
     root = Path(tempfile.mkdtemp(prefix="chaos-"))
     reports = []
     try:
         for mode in modes:
             reports.append(await run_chaos(mode, args.tickets, args.seed, root / mode, args.rate,
-                                           args.chaos_tail, args.settle_timeout, controls=args.controls))
+                                           args.chaos_tail, args.settle_timeout, controls=args.controls,
+                                           kinds=kinds, ledger=args.ledger))
     finally:
         keep = args.keep or any(not r.passed for r in reports) or len(reports) < len(modes)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
     print()
     print(f"Chaos run: {args.tickets} refund tickets per mode, seed {args.seed}, {args.rate:g} starts/s, "
-          f"2 worker processes, {sys.platform}; refund POSTs held {SLOW_POST_SECONDS:g} s against a "
-          f"{CLIENT_TIMEOUT:g} s client timeout, so the workers run with STRIPE_PROCESSING_WINDOW_SECONDS="
+          f"2 worker processes, {args.ledger} ledger, {sys.platform}; refund POSTs held {SLOW_POST_SECONDS:g} s "
+          f"against a {CLIENT_TIMEOUT:g} s client timeout, so the workers run with STRIPE_PROCESSING_WINDOW_SECONDS="
           f"{worker_env()['STRIPE_PROCESSING_WINDOW_SECONDS']} (the provider's processing window, configured)")
     print(table(reports))
     for r in reports:
@@ -653,6 +792,8 @@ async def main(argv: list[str] | None = None) -> int:
             print(f"  [{r.mode}] timeouts no kill explains: {dict(Counter(r.unattributed_timeouts))}")
         print(f"  [{r.mode}] worker exit codes at the final stop: {r.stop_exit_codes} "
               "(0 is a normal stop)")
+        for task_id, outcome in sorted(r.held.items()):
+            print(f"  [{r.mode}] refund POST held beyond the window: {task_id}: {outcome}")
     if keep:
         print(f"data kept in {root}")
     ok = all(r.passed for r in reports)
