@@ -271,8 +271,8 @@ async def record(only: set[str]) -> None:
             notes.append(f"- {', '.join(files)}: {path.note}")
             print(f"recorded {path.name}: {', '.join(files)}", flush=True)
     write_known_bad()
-    notes += ["", "`known-bad/swapped-activity.json`: su-88421-happy with its first tool call's activity type "
-              "changed; the replayer must reject it.", "",
+    notes += ["", "`known-bad/swapped-activity.json`: su-88421-happy with its refund's activity type changed to "
+              "another tool's; the replayer must reject it.", "",
               "`earlier/<change>/`: histories recorded before a patched change (see each folder's README). Tasks "
               "started then may still be running, so they keep replaying; a folder goes once its patch is removed."]
     if not only:
@@ -283,8 +283,8 @@ def write_known_bad() -> None:
     history = json.loads((HISTORIES / "su-88421-happy.json").read_text())
     for event in history["events"]:
         scheduled = event.get("activityTaskScheduledEventAttributes")
-        if scheduled and scheduled["activityType"]["name"] == "get_order":
-            scheduled["activityType"]["name"] = "lookup_invoice"
+        if scheduled and scheduled["activityType"]["name"] == "issue_refund":
+            scheduled["activityType"]["name"] = "send_payment"
             break
     (BAD / "swapped-activity.json").write_text(json.dumps(history, indent=1))
 

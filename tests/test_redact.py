@@ -274,7 +274,10 @@ async def test_no_activity_failure_carries_a_url_secret_into_the_history(
                 and "'activity_type': 'get_order'" in r.getMessage()]
     assert len(failures) == 2, "the non-retryable error ended the retries at its attempt"
     history = (await handle.fetch_history()).to_json()
-    assert '"RuntimeError"' in history and '"Leaky"' in history and "ConnectionError" in history
+    # A read is a local activity: its last failure, with its cause chain, is in the marker; the first
+    # attempt's failure was redacted in the worker's log (checked below).
+    assert '"Leaky"' in history and "OSError" in history
+    assert "RuntimeError: order lookup at http://***@127.0.0.1:9/*** failed" in caplog.text
     assert "127.0.0.1:9" in history
     for where, text in (("history", history), ("checkpoint", step.model_dump_json()), ("worker log", caplog.text)):
         for secret in SECRETS:

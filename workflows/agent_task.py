@@ -545,18 +545,24 @@ class AgentTaskWorkflow:
         policy = policies.POLICY_BY_CLASS[call.spec.tool_class]
         call.step.status = "running"
         self._touch()
+        request = ToolInput(task_id=task.task_id, tool=call.spec.name, arguments=call.arguments, intent_key=call.key,
+                            approval=call.approval, ceiling_cents=self._ceiling(task, call.spec))
+        summary = activity_summary(call.spec.name, call.arguments, call.key)
         try:
-            result: ToolResult = await workflow.execute_activity(
-                call.spec.name,  # tool activities are registered under their tool's name
-                ToolInput(task_id=task.task_id, tool=call.spec.name, arguments=call.arguments, intent_key=call.key,
-                          approval=call.approval, ceiling_cents=self._ceiling(task, call.spec)),
-                result_type=ToolResult,
-                start_to_close_timeout=policies.TOOL_START_TO_CLOSE,
-                heartbeat_timeout=policies.TOOL_HEARTBEAT,
-                retry_policy=policy,
-                summary=activity_summary(call.spec.name, call.arguments, call.key),
-            )
-        except ActivityError as err:
+            if not call.spec.needs_key and workflow.patched(_LOCAL_READS):
+                # A read changes nothing and takes milliseconds: it runs inside this workflow task, on this
+                # worker, with no activity task of its own (tool activities are registered under their name).
+                result: ToolResult = await workflow.execute_local_activity(
+                    call.spec.name, request, result_type=ToolResult,
+                    start_to_close_timeout=policies.TOOL_START_TO_CLOSE, retry_policy=policy, summary=summary)
+            else:
+                result = await workflow.execute_activity(
+                    call.spec.name, request, result_type=ToolResult,
+                    start_to_close_timeout=policies.TOOL_START_TO_CLOSE, heartbeat_timeout=policies.TOOL_HEARTBEAT,
+                    retry_policy=policy, summary=summary)
+        except CancelledError:
+            raise
+        except FailureError as err:  # a local activity's last failure arrives unwrapped, not as an ActivityError
             result = ToolResult(tool=call.spec.name, outcome=Outcome.UNKNOWN if call.spec.needs_key else None,
                                 intent_key=call.key, reason="attempts_exhausted",
                                 message=f"{policy.maximum_attempts} attempts failed: {_cause(err)}",
@@ -907,6 +913,8 @@ _QUIET_ROLLOVER = "quiet-rollover"
 # Since this change a waiting run continues as new on what its handlers counted, not on the history's
 # length and size as the server reports them in the wait's condition (`_rollover_due`).
 _COUNTED_ROLLOVER = "counted-rollover"
+# Since this change a read tool (get_order, lookup_invoice, ...) is a local activity; before, an activity.
+_LOCAL_READS = "local-reads"
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)
 _MESSAGE_OVERHEAD_BYTES = 512  # an event's own fields beside the payload
 _ANSWERS_KEPT = 8
