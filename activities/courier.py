@@ -59,7 +59,7 @@ class CourierGateway:
                 raise Rejected(f"{method} {path}: the courier could not be reached") from err
             raise Ambiguous(f"{method} {path}: {type(err).__name__}") from err
         if response.status_code >= 500:
-            raise Ambiguous(f"{method} {path}: courier answered {response.status_code}")
+            raise Ambiguous(f"{method} {path}: courier answered {response.status_code}", answered=True)
         if response.status_code >= 400:
             raise Rejected(f"{method} {path}: courier refused ({response.status_code}): {response.text[:200]}")
         body: dict[str, Any] = response.json()  # the courier answers a JSON object

@@ -45,6 +45,7 @@ from activities.ledger import (
     EffectLedger,
     Hold,
     HumanWord,
+    MayLandLate,
     NeedsApproval,
     OverBudget,
     Request,
@@ -65,7 +66,12 @@ class Rejected(ProviderError):
 
 
 class Ambiguous(ProviderError):
-    """The request may have landed: a timeout after sending, a dropped connection, a 5xx."""
+    """The request may have landed: a timeout after sending, a dropped connection, a 5xx. `answered`: the
+    provider answered it (a 5xx), so it is no longer on its way."""
+
+    def __init__(self, message: str, answered: bool = False) -> None:
+        super().__init__(message)
+        self.answered = answered
 
 
 AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError, Ambiguous)
@@ -193,6 +199,11 @@ class Effects:
             return _To(intent.call, attempt).not_performed("superseded", f"{claim.why}: this attempt sends nothing")
         if isinstance(claim, Doubtful):
             return _To(intent.call, attempt).unknown("in_doubt", "an earlier attempt's outcome is unknown")
+        if isinstance(claim, MayLandLate):
+            return _To(intent.call, attempt).unknown(
+                "may_land_late", f"an earlier request left and got no answer, and the provider, which ignores "
+                f"idempotency keys, shows nothing of it past its settle horizon ({_clock(claim.effect.horizon)}); "
+                "sending again would pay twice if it lands late, so nothing is sent")
         if isinstance(claim, Busy):
             return self._wait(intent.call, attempt, claim.effect, claim.until,
                               "another attempt holds this intent and its request may still land")
@@ -268,6 +279,12 @@ class Effects:
         if records is None or unreadable is not None:
             return _view("unknown", now, f"the ledger holds it as {row.status} and the provider's records cannot be "
                                          f"read{': ' + unreadable if unreadable else ''}")
+        if row.unanswered and not self._terms.honours_keys:
+            if row.status == "intent":
+                self._ledger.unknown(row, {"reason": "may_land_late", "verified_by": "inspection"})
+            return _view("unknown", now, f"a request of it left and got no answer, and the provider, which ignores "
+                                         f"idempotency keys, shows nothing of it past its horizon "
+                                         f"({_clock(row.horizon)}): it may still land late; only a person can say")
         self._ledger.unseen(row, {"reason": "not_found_after_horizon", "verified_by": "inspection"}, now)
         return _view("not_performed", now, f"the provider shows nothing of it after its horizon "
                                            f"({_clock(row.horizon)})")
@@ -310,6 +327,9 @@ class Effects:
             if isinstance(answer, ToolResult):
                 return answer
         crash_point(f"{intent.call.tool}:before_provider")
+        if not self._ledger.leaving(effect, self._clock()):
+            return _To(intent.call, attempt).not_performed("superseded", "another attempt took the intent over "
+                                                           "before this one's request left: it sends nothing")
         try:
             with send_before(effect.lease_until):
                 sent = intent.send()
@@ -320,6 +340,8 @@ class Effects:
                 self._ledger.not_performed(effect, {"reason": "not_sent", "message": str(err)})
             raise ApplicationError(str(err), type="NotSent") from None
         except AMBIGUOUS as err:
+            if getattr(err, "http_status", None) is not None or getattr(err, "answered", False):
+                self._ledger.answered(effect, self._clock())
             return self._after_ambiguous(intent, attempt, effect, describe(err))
         except PROVIDER_ERRORS as err:
             message = redact(str(getattr(err, "user_message", None) or describe(err)))
@@ -337,7 +359,8 @@ class Effects:
         honours keys lets the lease go before the horizon): found by devstack/sim, where a not_performed
         written then freed the item's budget for another intent and the late request over-refunded it."""
         previous = claim.previous
-        return previous is not None and previous.status == "intent" and previous.horizon > self._clock()
+        return previous is not None and previous.status == "intent" and previous.sent_at is not None \
+            and previous.horizon > self._clock()
 
     def _after_ambiguous(self, intent: Intent, attempt: Attempt, effect: Effect, error: str) -> ToolResult:
         """The request may or may not have landed: ask, never guess, never resend blind."""

@@ -50,6 +50,13 @@ class Effect:
     amount_cents: int | None
     detail: dict[str, Any]
     updated_at: float
+    sent_at: float | None = None  # when a request of it may have left for the provider; None: none ever did
+    answered_at: float | None = None  # when the provider last answered one (an error too)
+
+    @property
+    def unanswered(self) -> bool:
+        """Its latest request may have left and got no answer: it may be anywhere, and land late."""
+        return self.sent_at is not None and (self.answered_at is None or self.answered_at < self.sent_at)
 
     @classmethod
     def from_row(cls, row: Row) -> Effect:
@@ -57,7 +64,8 @@ class Effect:
             intent_key=row["intent_key"], task_id=row["task_id"], tool=row["tool"], status=row["status"],
             owner=row["owner"], attempt=row["attempt"], fence=row["fence"], lease_until=row["lease_until"],
             horizon=row["horizon"], provider_ref=row["provider_ref"], amount_cents=row["amount_cents"],
-            detail=json.loads(row["detail"] or "{}"), updated_at=row["updated_at"],
+            detail=json.loads(row["detail"] or "{}"), updated_at=row["updated_at"], sent_at=row["sent_at"],
+            answered_at=row["answered_at"],
         )
 
 
@@ -93,7 +101,7 @@ class Request(Intent):
     ceiling_cents: int | None = None
     approved: bool = False
     external_cents: dict[str, int] = field(default_factory=dict)
-    takeover_after_lease: bool = False
+    takeover_after_lease: bool = False  # the provider honours keys: a resend of the same key cannot pay twice
     caller: str | None = None  # the task's workflow: asks are ordered within one caller
     generation: float | None = None  # the ask: when the call was scheduled (later asks, higher)
 
@@ -131,6 +139,15 @@ class Settled:
 @dataclass(frozen=True)
 class Doubtful:
     """The intent's outcome is unknown: only a human moves it on."""
+
+    effect: Effect
+
+
+@dataclass(frozen=True)
+class MayLandLate:
+    """The provider ignores keys, an earlier request of the intent left and got no answer, and past its
+    horizon the provider shows nothing of it: sending again would pay twice if that request lands late (a provider
+    breaking the window it promised). The claim made the intent `unknown`: a person decides."""
 
     effect: Effect
 
@@ -181,7 +198,7 @@ class NeedsApproval:
     ceiling_cents: int
 
 
-Claim = Claimed | Settled | Doubtful | Superseded | Busy | OverBudget | NeedsApproval
+Claim = Claimed | Settled | Doubtful | MayLandLate | Superseded | Busy | OverBudget | NeedsApproval
 
 
 class EffectLedger:
@@ -214,9 +231,14 @@ class EffectLedger:
                 if previous.owner == request.owner and previous.attempt > request.attempt:
                     return Superseded(previous, f"attempt {previous.attempt} of this call has run since")
                 if previous.status == "intent":
-                    until = previous.lease_until if request.takeover_after_lease else previous.horizon
+                    # A holder whose request never got as far as leaving can send nothing once its send-by
+                    # time (its lease) has passed: the send-by check stops it.
+                    left = previous.sent_at is not None
+                    until = previous.horizon if left and not request.takeover_after_lease else previous.lease_until
                     if until > now:
                         return Busy(previous, until)
+                    if previous.unanswered and not request.takeover_after_lease:
+                        return MayLandLate(self._in_doubt(conn, previous, now))
             refusal = self._check_budgets(conn, request) or self._check_ceiling(conn, request)
             if refusal is not None:
                 return refusal
@@ -246,6 +268,15 @@ class EffectLedger:
             effect = Effect.from_row(conn.execute("SELECT * FROM effects WHERE intent_key = :key",
                                                   {"key": request.intent_key}).one())
         return Claimed(effect, previous)
+
+    def _in_doubt(self, conn: _Session, effect: Effect, now: float) -> Effect:
+        detail = {"reason": "may_land_late", "message": "a request of it left and got no answer, and the provider,"
+                  " which ignores keys, shows nothing of it past its horizon"}
+        conn.execute("UPDATE effects SET status = 'unknown', detail = :detail, updated_at = :now"
+                     " WHERE intent_key = :key", {"key": effect.intent_key, "now": now,
+                                                  "detail": json.dumps(detail, sort_keys=True)})
+        return Effect.from_row(conn.execute("SELECT * FROM effects WHERE intent_key = :key",
+                                            {"key": effect.intent_key}).one())
 
     def _newer_ask(self, conn: _Session, request: Request) -> str | None:
         """Record this attempt as its caller's latest on the intent, unless a later ask or attempt of the
@@ -346,6 +377,27 @@ class EffectLedger:
             if moved:
                 conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": effect.intent_key})
         return moved
+
+    def leaving(self, effect: Effect, now: float | None = None) -> bool:
+        """The holder's request is about to leave for the provider: from here on it may land. Fenced: False
+        when the holder lost the intent (it must send nothing)."""
+        with self._db.connect() as conn:
+            moved = conn.execute(
+                "UPDATE effects SET sent_at = :now WHERE intent_key = :key AND fence = :fence AND status = 'intent'",
+                {"key": effect.intent_key, "fence": effect.fence,
+                 "now": self._clock() if now is None else now}).rowcount == 1
+        if not moved:
+            log.warning("ledger write refused: attempt lost the intent", extra={
+                "intent_key": effect.intent_key, "wanted": "sent", "fence": effect.fence})
+        return moved
+
+    def answered(self, effect: Effect, now: float | None = None) -> None:
+        """The provider answered the holder's request (with an error: a success settles the row). Fenced: the
+        answer is about the holder's own request, the latest to leave."""
+        with self._db.connect() as conn:
+            conn.execute("UPDATE effects SET answered_at = :now WHERE intent_key = :key AND fence = :fence"
+                         " AND sent_at IS NOT NULL", {"key": effect.intent_key, "fence": effect.fence,
+                                                      "now": self._clock() if now is None else now})
 
     def release(self, effect: Effect) -> bool:
         """The holder will not send again: the next attempt need not wait for its lease. The horizon

@@ -33,7 +33,7 @@ def attempt(n: int) -> ActivityEnvironment:
     return env
 
 
-def test_a_held_intent_is_not_sent_twice(settings: Settings, world: World, edge: EdgeControl):
+def _setup(settings: Settings, world: World, edge: EdgeControl) -> tuple[ToolActivities, EffectLedger, ToolInput]:
     edge.configure("passthrough")
     db = Database(settings.database)
     tools = ToolActivities(db, world.gateway, Ceilings(15000),
@@ -41,25 +41,64 @@ def test_a_held_intent_is_not_sent_twice(settings: Settings, world: World, edge:
     spec = REGISTRY["issue_refund"]
     args = {"order_id": "ORD-8841", "item_id": "kettle-01", "amount_cents": 4500, "currency": "usd", "reason": "x"}
     key = derive_intent_key(spec.name, spec.key_fields, args, {"task_id": "refund-lease"})
-    call = ToolInput(task_id="refund-lease", tool="issue_refund", arguments=args, intent_key=key)
-    ledger = EffectLedger(db)
-    first = attempt(1)
+    return tools, EffectLedger(db), ToolInput(task_id="refund-lease", tool="issue_refund", arguments=args,
+                                               intent_key=key)
+
+
+def _hold(ledger: EffectLedger, call: ToolInput) -> Claimed:
+    """The first attempt's claim: a worker that then paused (lease 5 s, settle horizon 40 s)."""
     now = time.time()
-    held = first.run(lambda: ledger.claim(Request(
-        intent_key=key, task_id=call.task_id, tool=call.tool, arguments=args, owner="refund-lease/run/4", attempt=1,
-        amount_cents=4500, holds=(Hold("item:ORD-8841/kettle-01", 4500, 4500), Hold("order:ORD-8841", 6900, 4500)),
+    held = attempt(1).run(lambda: ledger.claim(Request(
+        intent_key=call.intent_key or "", task_id=call.task_id, tool=call.tool, arguments=call.arguments,
+        owner="refund-lease/run/4", attempt=1, amount_cents=4500,
+        holds=(Hold("item:ORD-8841/kettle-01", 4500, 4500), Hold("order:ORD-8841", 6900, 4500)),
         lease_until=now + 5, horizon=now + 40)))
     assert isinstance(held, Claimed)
+    return held
+
+
+def _passes(settings: Settings, call: ToolInput, what: str) -> None:
+    with Database(settings.database).connect() as conn:
+        conn.execute(f"UPDATE effects SET {what} = 0 WHERE intent_key = :key", {"key": call.intent_key})
+
+
+def test_a_holder_paused_before_its_request_left_is_taken_over_at_its_lease(
+        settings: Settings, world: World, edge: EdgeControl):
+    tools, ledger, call = _setup(settings, world, edge)
+    held = _hold(ledger, call)
+
+    with pytest.raises(ApplicationError) as waited:
+        attempt(2).run(tools._issue_refund, call)
+    assert waited.value.type == "OutcomeUnverified" and 3 < waited.value.next_retry_delay.total_seconds() < 10, \
+        "its request never got as far as leaving: the wait is its lease (send-by time), not its horizon"
+    assert world.refunds("ORD-8841") == []
+
+    _passes(settings, call, "lease_until")  # its send-by time passes: the send-by check stops it from now on
+    result = attempt(3).run(tools._issue_refund, call)
+    assert result.outcome is Outcome.PERFORMED and len(world.refunds("ORD-8841")) == 1
+    assert ledger.get(call.intent_key or "").fence == 2
+    assert not ledger.leaving(held.effect), "the paused attempt wakes: its request may not leave"
+    assert not ledger.performed(held.effect, "re_stale", 4500, {}), "the paused attempt's write changes nothing"
+    assert ledger.get(call.intent_key or "").provider_ref == world.refunds("ORD-8841")[0]["id"]
+
+
+def test_a_request_that_may_have_left_is_never_sent_again_at_a_provider_ignoring_keys(
+        settings: Settings, world: World, edge: EdgeControl):
+    """Past its settle horizon, the provider shows nothing: the request may still land later than the
+    provider promised, so the intent goes to a person (unknown), and nothing is sent a second time."""
+    tools, ledger, call = _setup(settings, world, edge)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect), "its request was on its way when the worker paused"
 
     with pytest.raises(ApplicationError) as waited:
         attempt(2).run(tools._issue_refund, call)
     assert waited.value.type == "OutcomeUnverified" and waited.value.next_retry_delay.total_seconds() > 35
     assert world.refunds("ORD-8841") == [], "the second attempt did not send while the first could still land"
 
-    with db.connect() as conn:  # the paused attempt's settle horizon passes
-        conn.execute("UPDATE effects SET lease_until = 0, horizon = 0 WHERE intent_key = :key", {"key": key})
+    _passes(settings, call, "lease_until = 0, horizon")  # its settle horizon passes with nothing at the provider
     result = attempt(3).run(tools._issue_refund, call)
-    assert result.outcome is Outcome.PERFORMED and len(world.refunds("ORD-8841")) == 1
-    assert ledger.get(key).fence == 2
+    assert result.outcome is Outcome.UNKNOWN and result.reason == "may_land_late", result
+    assert world.refunds("ORD-8841") == [], "nothing was sent again"
+    row = ledger.get(call.intent_key or "")
+    assert row.status == "unknown" and row.detail["reason"] == "may_land_late"
     assert not ledger.performed(held.effect, "re_stale", 4500, {}), "the paused attempt's write changes nothing"
-    assert ledger.get(key).provider_ref == world.refunds("ORD-8841")[0]["id"]

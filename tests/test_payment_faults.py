@@ -110,18 +110,21 @@ async def test_negative_control_unsafe_tool_pays_twice(mode, client: Client, fas
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800, 11800]
 
 
-# fault -> (the first ask's outcome, answers until settled); unknown outcomes wait for a human.
-# A 500 or a dropped connection before the provider committed looks, to the client, like one after:
-# the call waits out the request's settle horizon, finds nothing, and sends once more itself.
+# fault -> (the first ask's outcome, answers until settled, what the person answers); unknown outcomes
+# wait for a person. A 500 before the provider committed looks, to the client, like one after: the call
+# waits out the request's settle horizon, finds nothing and, the provider having answered the request,
+# sends once more itself. A connection dropped before the provider committed gets no answer at all: the
+# request may still be on its way, so past its horizon the call is put to a person (`may_land_late`),
+# who finds nothing at the provider and answers mark_not_performed; the call then runs again.
 FAULTS = {
-    "timeout-after-accept": (Outcome.PERFORMED, 1),
-    "error-after-commit": (Outcome.PERFORMED, 1),
-    "drop-after-commit": (Outcome.PERFORMED, 1),
-    "error-before-commit": (Outcome.PERFORMED, 1),
-    "drop-before-commit": (Outcome.PERFORMED, 1),
-    "conflict-before-commit": (Outcome.PERFORMED, 1),
-    "unverifiable": (Outcome.UNKNOWN, 2),
-    "slow-lookup": (Outcome.UNKNOWN, 2),
+    "timeout-after-accept": (Outcome.PERFORMED, 1, None),
+    "error-after-commit": (Outcome.PERFORMED, 1, None),
+    "drop-after-commit": (Outcome.PERFORMED, 1, None),
+    "error-before-commit": (Outcome.PERFORMED, 1, None),
+    "drop-before-commit": (Outcome.UNKNOWN, 3, "mark_not_performed"),
+    "conflict-before-commit": (Outcome.PERFORMED, 1, None),
+    "unverifiable": (Outcome.UNKNOWN, 2, "mark_performed"),
+    "slow-lookup": (Outcome.UNKNOWN, 2, "mark_performed"),
 }
 
 
@@ -143,7 +146,7 @@ async def test_every_fault_ends_in_an_honest_outcome_and_never_pays_twice(
     edge.configure(mode, fault_rules(fault, money_path))
     task = scenario_task(scenario)
     tool = "issue_refund" if scenario == "SU-88421" else "send_payment"
-    outcome, asks = FAULTS[fault]
+    outcome, asks, answer = FAULTS[fault]
     async with running_worker(client, fast):
         handle = await start(client, fast, task)
         if outcome is Outcome.UNKNOWN:
@@ -154,8 +157,9 @@ async def test_every_fault_ends_in_an_honest_outcome_and_never_pays_twice(
             edge.configure(mode)  # lift the rules so the test itself can read the provider
             assert [e["status"] for e in world.effects(task.task_id) if e["tool"] == tool] == ["unknown"]
             provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")
-            await handle.signal("resolve", signed(handle.id, step.intent_key, "mark_performed",
-                                                  provider_ref=provider[0]["id"]))
+            assert len(provider) == (answer == "mark_performed"), provider
+            await handle.signal("resolve", signed(handle.id, step.intent_key, answer,
+                                                  **({"provider_ref": provider[0]["id"]} if provider else {})))
         result = await finished(handle)
     edge.configure(mode)
     provider = world.refunds("SU-88421") if scenario == "SU-88421" else world.payments("INV-9")

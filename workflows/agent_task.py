@@ -180,6 +180,10 @@ class AgentTaskWorkflow:
                 self._checkpoint.waiting_for = None
                 self._set_state(stop.state)
         except asyncio.CancelledError:
+            if workflow.cancellation_reason() is None:
+                # Not an operator's cancel: the worker is evicting this run from its cache (it cancels every
+                # task of the run and must find none left), so nothing may be recorded or awaited here.
+                raise
             self._checkpoint.final_answer = "cancelled by an operator"
             self._set_state("cancelled")
         await self._alerts_delivered()

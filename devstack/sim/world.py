@@ -112,8 +112,9 @@ class Faults:
 # Fault profiles: where a run's weight of chaos lies. `stale-asks` stops workers often and for long
 # and gives each ask two attempts, so an attempt paused during one ask wakes after later asks settled
 # the intent; `late-provider` lands held requests after the horizon the provider promised, at a
-# provider that honours keys (one that ignores them pays twice then, by design: the protocol resends once
-# the horizon has passed with nothing found, docs/architecture.md; `late-provider-ignoring-keys` shows it).
+# provider that honours keys; `late-provider-ignoring-keys` the same at one that ignores them, where an
+# unanswered request is never sent again on the protocol's own (past its horizon it goes to a person), and
+# a person's kept not_performed followed by a landing later still can pay twice (docs/architecture.md).
 PROFILES = {
     "default": Faults(),
     "stale-asks": Faults(stops=4.0, attempts=2, pauses=(12.0, 50.0, 120.0, 300.0)),
@@ -159,7 +160,9 @@ class Gateway:
                 return ProviderEffect(r.ref, r.amount, r.key, self._provider.resources(r.item), "succeeded")
             if post.answer == "rejected":
                 raise Rejected("400 from POST /v1/refunds: charge_already_refunded")
-            raise Ambiguous("ReadTimeout" if post.answer is None else f"{post.answer} from POST /v1/refunds")
+            if post.answer is None:
+                raise Ambiguous("ReadTimeout")
+            raise Ambiguous(f"{post.answer} from POST /v1/refunds", answered=True)
         return send
 
 
