@@ -172,8 +172,10 @@ def beyond_window_rules(window: float, probability: float = 0.01, nth: int = 10)
     """Refund POSTs the provider holds longer than the workers' processing window says it can: held
     LEASE + timeout + window + 2 s before they are forwarded, so each lands after its attempt's settle
     horizon (send-by + timeout + window), when the worker may already have looked, found nothing and
-    gone on. The `nth` refund POST always, and `probability` of the others. Put first: they win."""
-    hold = {"fault": "slow", "method": "POST", "path": "/v1/refunds", "label": BEYOND,
+    gone on. The `nth` refund POST always, and `probability` of the others. Put first: they win. Only the
+    product's requests (they name their intent key): a negative control's held request would be kept from
+    paying twice by the hold, and the judge could not flag it."""
+    hold = {"fault": "slow", "method": "POST", "path": "/v1/refunds", "label": BEYOND, "keyed_only": True,
             "delay_seconds": LEASE_SECONDS + CLIENT_TIMEOUT + window + 2.0}
     return [{**hold, "nth": [nth]}, {**hold, "probability": probability}]
 

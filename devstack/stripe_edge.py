@@ -52,6 +52,8 @@ class Rule(BaseModel):
     probability: float | None = Field(default=None, ge=0.0, le=1.0,
                                       description="fire on this fraction of the requests picked above")
     label: str | None = Field(default=None, description="count under fault:<label> and note each request")
+    keyed_only: bool = Field(default=False, description="only requests naming an intent key in their metadata "
+                                                        "(the product's; the naive refund tool's name none)")
 
     def picks(self, count: int) -> bool:
         if self.nth is not None:
@@ -120,10 +122,10 @@ class Edge:
     async def _get_marked(self, request: web.Request) -> web.Response:
         return web.json_response(self.marked)
 
-    def _rule_for(self, method: str, path: str) -> Rule | None:
+    def _rule_for(self, method: str, path: str, keyed: bool) -> Rule | None:
         chosen = None
         for index, rule in enumerate(self.config.rules):
-            if rule.method != method or not path.startswith(rule.path):
+            if rule.method != method or not path.startswith(rule.path) or (rule.keyed_only and not keyed):
                 continue
             if rule.after_rule is not None and rule.after_rule not in self._fired:
                 continue
@@ -140,13 +142,13 @@ class Edge:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.stats[f"{request.method} {request.path}"] += 1
-        rule = self._rule_for(request.method, request.path)
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        rule = self._rule_for(request.method, request.path, "metadata[intent_key]" in form)
         if rule is not None:
             self.stats[f"fault:{rule.fault}"] += 1
             self.stats[f"fault:{rule.fault}:{request.method}"] += 1  # a slow GET and a slow POST differ
             if rule.label:
                 self.stats[f"fault:{rule.label}"] += 1
-                form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
                 self.marked.append({"label": rule.label, "at": time.time(),
                                     "task_id": form.get("metadata[task_id]", [None])[0],
                                     "intent_key": form.get("metadata[intent_key]", [None])[0]})
