@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.testing import ActivityEnvironment
 
@@ -214,7 +215,8 @@ def test_a_ledger_at_the_previous_migration_gets_the_nonce_table(tmp_path: Path)
         command.upgrade(config, "0002")
     db.create()
     with sqlite3.connect(db.path) as conn:
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0005"
+        head = ScriptDirectory.from_config(config).get_current_head()
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == head
         columns = [r[1] for r in conn.execute("PRAGMA table_info(decision_nonces)")]
     assert columns == ["nonce", "task_id", "intent_key", "decided_by", "first_seen_by", "expires_at", "created_at"]
     with db.engine.begin() as conn:

@@ -60,9 +60,12 @@ def test_migrations_create_the_schema_and_are_idempotent(pg_url: str):
         tables = {r["table_name"] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'").fetchall()}
         version = conn.execute("SELECT version_num FROM alembic_version").fetchone()["version_num"]
+        columns = {r["column_name"] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'effects'").fetchall()}
     assert {"effects", "orders", "outbox", "alerts", "dead_letters", "reconciliations", "budgets", "holds",
-            "decision_nonces"} <= tables
-    assert version == "0005"
+            "decision_nonces", "effect_asks"} <= tables
+    assert {"sent_at", "answered_at"} <= columns
+    assert version == "0006"
 
 
 def _claim_many(url: str, key: str, threads: int, go, results) -> None:
