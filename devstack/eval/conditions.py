@@ -60,7 +60,10 @@ _ABOUT = {
 
 CONDITIONS: list[Condition] = [
     Condition("none", "no fault"),
-    *(Condition(name, _ABOUT[name], fault=name, may_escalate=name == "unverifiable") for name in FAULT_PRESETS),
+    # A dropped connection gets no answer: at a provider ignoring keys (the workers' default terms) the
+    # request may land later than promised, so past its horizon a person decides (`may_land_late`).
+    *(Condition(name, _ABOUT[name], fault=name, may_escalate=name in ("unverifiable", "drop-before-commit"))
+      for name in FAULT_PRESETS),
     Condition("slow-provider", "request reaches the provider after the client gave up", slow_post=True,
               may_escalate=True),
     Condition("keys-ignored", "provider ignores idempotency keys, timeout after accept", mode="passthrough",

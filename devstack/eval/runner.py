@@ -214,7 +214,7 @@ class Runner:
                 await poll_until(struck_or_settled, f"the fault in {task.task_id}'s worker", self.settle_timeout, 0.1)
             struck = marker.exists()
             async with build_worker(client, settings, backend=column.backend(settings),
-                                    replace=column.replace(settings)):
+                                    extensions=Extensions(replace=column.replace(settings))):
                 state, cp = await self._settle(handle)
         finally:
             if first.pid is not None and first.returncode is None:
