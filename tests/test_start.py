@@ -299,13 +299,13 @@ def test_without_a_worker_the_check_says_so(settings: Settings, worker_env: dict
 
 async def test_a_long_safety_wait_says_what_it_waits_for_and_until_when(
         client: Client, settings: Settings, world: World, worker_env: dict[str, str], edge: EdgeControl):
-    """A payment whose request was dropped, at a provider that ignores keys: nothing is resent until the
-    request's settle horizon; the progress says so, with the time, instead of only `running`."""
+    """A payment whose request was answered with a 500, at a provider that ignores keys: nothing is resent
+    until the request's settle horizon; the progress says so, with the time, instead of only `running`."""
     import re
 
     slow = settings.model_copy(update={"stripe_processing_window_seconds": 5.0})
     async with running_worker(client, slow):
-        done = await asyncio.to_thread(devstack, ["scenario", "INV-9", "--fault", "drop-before-commit", "--edge-mode",
+        done = await asyncio.to_thread(devstack, ["scenario", "INV-9", "--fault", "error-before-commit", "--edge-mode",
                                                   "passthrough", "--task-id", f"wait-{uuid.uuid4().hex[:8]}"],
                                        worker_env)
     assert done.returncode == 0, done.stderr
