@@ -20,6 +20,7 @@ from temporalio.service import RPCError
 from temporalio.worker import ResourceBasedSlotConfig, Worker, WorkerTuner
 
 from activities import Database, ModelActivities, StripeGateway, ToolActivities
+from activities.asking import AskingActivities
 from activities.authority import AuthorityActivities, Deployment, public_key_from
 from activities.effects import ProviderTerms
 from activities.facts import FactActivities
@@ -138,7 +139,7 @@ def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
 class Extensions:
     """What a worker registers beside or instead of ours: `workflow` in place of AgentTaskWorkflow (a change
     being tried against recorded histories), `replace` activities under the names of ours (the demo's naive
-    refund tool), `more_tools` objects with `@tool` methods for opt-in tools (activities/courier.py); an
+    refund tool, a test's fault), `more_tools` objects with `@tool` methods for opt-in tools (activities/courier.py); an
     opt-in tool that no object here implements is not offered to any task."""
 
     workflow: type = AgentTaskWorkflow
@@ -164,8 +165,6 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
     activities = tools.activities() + [fn for extra in extensions.more_tools for fn in tool_activities(extra)]
     registered = {activity_name(a) for a in activities}
     not_opted_in = frozenset(name for name, spec in REGISTRY.items() if spec.opt_in and name not in registered)
-    replaced = {activity_name(fn) for fn in extensions.replace}
-    activities = [a for a in activities if activity_name(a) not in replaced] + list(extensions.replace)
     model = ModelActivities(backend or model_backend(settings))
     authority = AuthorityActivities(db, Deployment(
         {name: public_key_from(key) for name, key in settings.approver_keys.items()}, ceilings,
@@ -173,14 +172,16 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         settings.decision_max_lifetime_seconds))
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
+    activities += [*operations.activities(), *authority.activities(), *AskingActivities(tools, operations).activities(),
+                   ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn,
+                   FactActivities(db, gateway).check_facts]
+    replaced = {activity_name(fn) for fn in extensions.replace}
     ensure_bytecode(extensions.workflow, ReconcileWorkflow)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=[extensions.workflow, ReconcileWorkflow],
-        activities=[*activities, *operations.activities(), *authority.activities(),
-                    ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn,
-                    FactActivities(db, gateway).check_facts],
+        activities=[a for a in activities if activity_name(a) not in replaced] + list(extensions.replace),
         interceptors=[WorkerInterceptor()],
         **worker_options(settings, **overrides),
     )

@@ -291,6 +291,21 @@ class IntentView(BaseModel):
     until: float | None = Field(default=None, description="epoch seconds: the settle horizon of a request in flight")
 
 
+class AskInput(BaseModel):
+    """Read the world on one intent and, in the same attempt, ask a person only if it leaves the intent
+    open: what settled between a separate read and the ask would otherwise be put to someone."""
+
+    intent: InspectInput
+    alert: AlertInput
+    not_done_settles: bool = Field(default=False, description="a not_performed read settles the call")
+
+
+class AskAnswer(BaseModel):
+    world: IntentView
+    asked: bool = Field(description="the alert was delivered, after the read")
+    failure: str | None = Field(default=None, description="why delivery failed: the workflow retries it")
+
+
 class ModelTurnInput(Compact):
     """A bounded window of the transcript and the names of the tools offered.
 

@@ -5,6 +5,7 @@ ledger's rows, with signed decisions sent to a real server."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -15,13 +16,15 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from activities.asking import AskingActivities
 from activities.db import Database
 from activities.ledger import Claimed, EffectLedger, Hold, HumanWord, Request
+from activities.operations import OperationsActivities
 from activities.payments import NotSent, StripeGateway, send_before
 from activities.tools import ToolActivities
 from activities.world import World
 from core.authority import Ceilings
-from core.models import SETTLED, Checkpoint, Outcome, ToolInput, ToolResult
+from core.models import SETTLED, AlertInput, AskAnswer, AskInput, Checkpoint, Outcome, ToolInput, ToolResult
 from devstack.edge_control import EdgeControl
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
@@ -171,6 +174,55 @@ async def test_an_answer_the_provider_contradicts_is_refused_and_the_refund_stan
     assert result.state == "completed" and result.checkpoint.escalations == 1
     [notice] = [m for m in world.messages(handle.id) if m["kind"] == "email"]
     assert "118.00" in notice["body"]
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
+def readable_as_asked(settings: Settings, edge: EdgeControl) -> list:
+    """The activities that deliver an escalation's alert, each first making the provider readable (the
+    refund that landed can be listed from then on): the world settles at the worst moment, after the
+    workflow decided to ask and before the person is reached."""
+    db = Database(settings.agent_db_path)
+    tools = ToolActivities(db, StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, settings.stripe_timeout_seconds),
+                           Ceilings(settings.approval_ceiling_cents), provider_terms(settings))
+    operations = OperationsActivities(db)
+
+    @activity.defn(name="raise_alert")
+    async def raise_alert(alert: AlertInput) -> str:
+        if alert.kind == "escalation":
+            await asyncio.to_thread(edge.configure, "passthrough")
+        return await operations.raise_alert(alert)
+
+    @activity.defn(name="ask_a_person")
+    async def ask_a_person(ask: AskInput) -> AskAnswer:
+        await asyncio.to_thread(edge.configure, "passthrough")
+        return await AskingActivities(tools, operations).ask_a_person(ask)
+    return [raise_alert, ask_a_person]
+
+
+async def test_nobody_is_asked_when_the_world_settles_as_the_question_goes_out(
+    client: Client, fast: Settings, world: World, edge: EdgeControl,
+):
+    """The refund landed and its answer was lost while the refunds could not be listed: an unknown
+    outcome. The provider becomes readable just as the alert is to be delivered. The alert's own read
+    finds the refund: no alert is delivered, the task completes with the one refund, nobody waits."""
+    edge.configure("passthrough", LANDED_UNREADABLE)
+    async with running_worker(client, fast, replace=readable_as_asked(fast, edge)):
+        handle = await start(client, fast, scenario_task("SU-88421"))
+
+        async def ended():
+            cp = await checkpoint(handle)
+            step = cp.steps.get("issue_refund")
+            return cp if cp.waiting_for is not None or (step is not None and step.outcome in SETTLED) else None
+        cp = await wait_for(ended, "the refund settled or a person asked", 120)
+        assert cp.waiting_for is None, f"a person was asked: {cp.waiting_for}"
+        result = await finished(handle)
+    [refund] = world.refunds("SU-88421")
+    step = result.checkpoint.steps["issue_refund"]
+    assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"], step.trail
+    assert result.state == "completed" and result.checkpoint.escalations == 0
+    with Database(fast.agent_db_path).connect() as conn:
+        alerts = conn.execute("SELECT reason FROM alerts WHERE task_id = :task", {"task": handle.id}).fetchall()
+    assert alerts == [], "an alert reached a person about a refund the provider held"
     assert_ledger_equals_provider(world, "SU-88421")
 
 

@@ -28,14 +28,16 @@ def replayer(*workflows) -> Replayer:
     return Replayer(workflows=list(workflows or [AgentTaskWorkflow]), data_converter=pydantic_data_converter)
 
 
-@pytest.mark.parametrize("era", ["", "earlier/before-local-reads/", "earlier/before-counted-rollover/",
+@pytest.mark.parametrize("era", ["", "earlier/before-ask-after-reading/", "earlier/before-local-reads/",
+                                 "earlier/before-counted-rollover/",
                                  "earlier/before-local-policy/", "earlier/before-human-boundary/"])
 def test_the_corpus_covers_every_path(era: str):
     names = {p.stem.rsplit("-run", 1)[0] for p in HISTORIES.glob(f"{era}*.json")}
     assert names >= {"su-88421-happy", "refund-8841-happy", "inv-9-happy", "su-88421-timeout-after-accept",
                      "su-88421-unknown-resolved", "su-88421-approval-granted", "su-88421-approval-rejected",
                      "su-88421-dead-letter", "refund-8841-crash-resume", "long-run-continue-as-new"}
-    if era in ("", "earlier/before-local-reads/", "earlier/before-counted-rollover/"):  # the paths the human boundary added
+    if era in ("", "earlier/before-ask-after-reading/", "earlier/before-local-reads/",
+               "earlier/before-counted-rollover/"):  # the paths the human boundary added
         assert names >= {"su-88421-refused-by-the-world", "su-88421-flooded-wait"}
 
 

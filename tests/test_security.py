@@ -81,6 +81,7 @@ async def test_a_live_task_keeps_its_secrets_out_of_history_and_alerts_the_webho
     assert auth == f"Bearer {WEBHOOK_TOKEN}"
     assert (body["kind"], body["reason"], body["intent_key"]) == ("escalation", "approval_required",
                                                                   cp.waiting_for.intent_key)
+    assert " | read " in body["summary"] and "not_performed" in body["summary"], "the alert says what was read"
     history = await handle.fetch_history()
     text = readable(history.to_json())
     assert STRIPE_KEY not in text and WEBHOOK_TOKEN not in text

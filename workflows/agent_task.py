@@ -23,6 +23,7 @@ from temporalio.common import RawValue, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.asking import AskingActivities
     from activities.authority import AuthorityActivities
     from activities.model import ModelActivities
     from activities.operations import OperationsActivities
@@ -38,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
         AlertInput,
         AlertKind,
         Approval,
+        AskAnswer,
+        AskInput,
         Carry,
         ChatMessage,
         Checkpoint,
@@ -402,15 +405,18 @@ class AgentTaskWorkflow:
                     return result
                 detail = result.message or result.reason or ""
                 self._record(call.step, result)
-            world = None
+            world, asked = None, False
+            question = _Question(call.spec.name, call.arguments, call.decision_key, reason, detail)
             if self._boundary and call.key is not None and reason != "model_request":
-                world = await self._read_world(task, call)
-                settled = self._settled_by(world, call, ran and reason in ("unknown_outcome", "attempts_exhausted"))
+                not_done_settles = ran and reason in ("unknown_outcome", "attempts_exhausted")
+                if workflow.patched(_ASK_AFTER_READING) and not self._asked_already(question):
+                    world, asked = await self._ask(task, call, question, not_done_settles)
+                else:
+                    world = await self._read_world(task, call)
+                settled = self._settled_by(world, call, not_done_settles)
                 if settled is not None:
                     return settled
-            decision = await self._await_decision(
-                _Question(call.spec.name, call.arguments, call.decision_key, reason, detail), world,
-                answers_later=self._boundary)
+            decision = await self._await_decision(question, world, answers_later=self._boundary, alerted=asked)
             if self._boundary and call.key is not None:
                 checked = await self._check_against_world(task, call, decision, reason)
                 if checked is not None:
@@ -445,6 +451,33 @@ class AgentTaskWorkflow:
             self._touch()
             await workflow.sleep(max(1.0, view.until - workflow.now().timestamp() + 0.5))
         return view
+
+    async def _ask(self, task: TaskInput, call: GateCall, question: _Question,
+                   not_done_settles: bool) -> tuple[IntentView, bool]:
+        """As `_read_world`, but the activity that reads also delivers the question's alert when what it
+        read leaves the call open: nothing can settle between the read and the ask. Whether it asked."""
+        for _ in range(_WORLD_READS):
+            answer: AskAnswer = await workflow.execute_activity_method(
+                AskingActivities.ask_a_person,
+                AskInput(intent=InspectInput(task_id=task.task_id, tool=call.spec.name,
+                                             intent_key=cast(str, call.key), arguments=call.arguments),
+                         alert=self._alert_input("escalation", question.reason, question.key,
+                                                 _alert_summary(question), self._checkpoint.escalations + 1),
+                         not_done_settles=not_done_settles),
+                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
+                summary=f"read the world, then ask: {call.spec.name} {call.key}"[:200])
+            view = answer.world
+            if view.status != "in_flight" or view.until is None:
+                return view, answer.asked  # a delivery that failed is retried by `_await_decision`
+            call.step.trail.append(f"world: in flight until {view.until:.0f}; waiting before anyone is asked")
+            self._touch()
+            await workflow.sleep(max(1.0, view.until - workflow.now().timestamp() + 0.5))
+        return view, False
+
+    def _asked_already(self, question: _Question) -> bool:
+        """The previous run continued as new while this question waited: it is not asked again."""
+        earlier = self._checkpoint.waiting_for
+        return earlier is not None and earlier.intent_key == question.key
 
     def _settled_by(self, world: IntentView, call: GateCall, not_done_settles: bool) -> ToolResult | None:
         """The call's answer when the world settles it: performed, or (after a run whose answer was
@@ -577,10 +610,11 @@ class AgentTaskWorkflow:
     # --- humans --------------------------------------------------------------------------
 
     async def _await_decision(self, question: _Question, world: IntentView | None = None,
-                              answers_later: bool = False) -> ResolveInput:
+                              answers_later: bool = False, alerted: bool = False) -> ResolveInput:
         """Wait for an applied decision on the question's key. An abort ends the task here; so does the
         deadline. Unless the caller `answers_later` (it checks the decision against the world first),
-        the decision is answered as applied when it is taken."""
+        the decision is answered as applied when it is taken. `alerted`: the person was already asked
+        (`_ask`), so no alert is raised here."""
         tool, arguments, key, reason, detail = (question.tool, question.arguments, question.key, question.reason,
                                                 question.detail)
         timeout = self._policy.escalation_timeout_seconds
@@ -602,8 +636,8 @@ class AgentTaskWorkflow:
             allowed=ALLOWED[reason],
             world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
-        if not repeat:
-            alert = self._alert("escalation", reason, key, f"{tool} waits for a human: {reason}: {detail[:500]}")
+        if not repeat and not alerted:
+            alert = self._alert("escalation", reason, key, _alert_summary(question))
             if self._boundary:  # the task waits (and can be decided) while the alert is delivered, retried on its own
                 self._alerts.append(asyncio.ensure_future(alert))
             else:
@@ -776,16 +810,19 @@ class AgentTaskWorkflow:
         try:
             await workflow.execute_activity_method(
                 OperationsActivities.raise_alert,
-                AlertInput(alert_key=f"{self._task.task_id}:{workflow.info().run_id}:{kind}:"
-                                     f"{self._checkpoint.escalations}",
-                           task_id=self._task.task_id, kind=kind, reason=reason, intent_key=key, summary=summary,
-                           checkpoint=self._checkpoint.model_dump(mode="json")),
+                self._alert_input(kind, reason, key, summary, self._checkpoint.escalations),
                 start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.READ_POLICY,
                 summary=f"alert: {kind} {reason}",
             )
         except ActivityError as err:
             self._checkpoint.alert_failures.append(f"{kind} {reason}: {_cause(err)}"[:500])
             self._touch()
+
+    def _alert_input(self, kind: AlertKind, reason: str, key: str | None, summary: str, number: int) -> AlertInput:
+        """`number`: the task's escalation count once this one is counted: one alert key per escalation."""
+        return AlertInput(alert_key=f"{self._task.task_id}:{workflow.info().run_id}:{kind}:{number}",
+                          task_id=self._task.task_id, kind=kind, reason=reason, intent_key=key, summary=summary,
+                          checkpoint=self._checkpoint.model_dump(mode="json"))
 
     async def _alerts_delivered(self) -> None:
         """Escalation alerts finish (delivered, or their failure recorded) before the run ends."""
@@ -919,6 +956,9 @@ _QUIET_ROLLOVER = "quiet-rollover"
 _COUNTED_ROLLOVER = "counted-rollover"
 # Since this change a read tool (get_order, lookup_invoice, ...) is a local activity; before, an activity.
 _LOCAL_READS = "local-reads"
+# Since this change the read before a question and the question's alert are one activity (`_ask`);
+# before, the alert was raised a workflow task after the read, and what landed between was asked about.
+_ASK_AFTER_READING = "ask-after-reading"
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)
 _MESSAGE_OVERHEAD_BYTES = 512  # an event's own fields beside the payload
 _ANSWERS_KEPT = 8
@@ -971,6 +1011,10 @@ def _within_bytes(transcript: list[ChatMessage], limit: int) -> list[ChatMessage
     while kept and kept[0].role == "tool":
         kept = kept[1:]
     return pinned + kept
+
+
+def _alert_summary(question: _Question) -> str:
+    return f"{question.tool} waits for a human: {question.reason}: {question.detail[:500]}"
 
 
 def _cause(err: FailureError) -> str:

@@ -65,7 +65,9 @@ async def alert_times(client: Client, task_id: str) -> dict[str, float]:
     """alert key -> when the person was asked (epoch seconds), for every escalation alert the task's runs
     scheduled. The alert is scheduled by the workflow task that starts the wait, so its event time is the
     moment of asking to the millisecond (the checkpoint's `since` has whole seconds only; the alert row
-    is written when the activity runs, seconds later if a worker was killed meanwhile)."""
+    is written when the activity runs, seconds later if a worker was killed meanwhile). An alert delivered
+    by `ask_a_person`, which reads the world in the same attempt, is not here: its row's time (after the
+    read, at delivery) is the moment of asking."""
     times: dict[str, float] = {}
     run_id: str | None = None
     for _ in range(MAX_RUNS):

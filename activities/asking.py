@@ -1,0 +1,50 @@
+"""Asking a person about an intent: the world is read first, in the same attempt as the alert.
+
+A separate read, then an alert one workflow task later, leaves a gap of up to seconds on a busy
+worker in which a late request can land: the person would then be asked about something the
+provider already shows. Here the gap is the alert's own delivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import activity
+
+from activities.operations import OperationsActivities
+from activities.tools import ToolActivities
+from core.failures import AlertNotDelivered
+from core.models import AskAnswer, AskInput, IntentView
+
+
+class AskingActivities:
+    def __init__(self, tools: ToolActivities, operations: OperationsActivities) -> None:
+        self._tools = tools
+        self._operations = operations
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.ask_a_person]
+
+    @activity.defn(name="ask_a_person")
+    async def ask_a_person(self, ask: AskInput) -> AskAnswer:
+        """The world's view of the intent; the alert is delivered only when that view leaves it open.
+        A delivery that fails is answered (not raised): the task waits anyway, and the workflow retries
+        the alert on its own while the person can already decide."""
+        world = await self._tools.inspect_intent(ask.intent)
+        if settles(world, ask.not_done_settles):
+            return AskAnswer(world=world, asked=False)
+        alert = ask.alert.model_copy(update={"summary": f"{ask.alert.summary} | read {world.read_at}: "
+                                                        f"{world.status}: {world.detail}"[:2000]})
+        try:
+            await self._operations.raise_alert(alert)
+        except AlertNotDelivered as err:
+            return AskAnswer(world=world, asked=False, failure=str(err))
+        return AskAnswer(world=world, asked=True)
+
+
+def settles(world: IntentView, not_done_settles: bool) -> bool:
+    """No person is asked: the provider holds the effect, a request may still land (ask after its
+    horizon), or nothing was done and that answers the call."""
+    return world.status == "performed" or (world.status == "in_flight" and world.until is not None) \
+        or (world.status == "not_performed" and not_done_settles)
