@@ -50,7 +50,10 @@ nothing.
 A small share of the tickets (`--controls`, 5%, at least one) are negative controls: each is alone on
 its order, and runs on a queue of its own served by a worker in this process that has the naive
 refund tool (devstack/unsafe.py: a fresh idempotency key per attempt, "refund failed" on any error)
-in place of ours. The judge must flag exactly those tickets.
+in place of ours. Each of its refund POSTs lands and then times out (the edge's first rule, for
+requests that name no intent key), and it sends only while the provider is up: every control moves
+money behind the ledger, and the model asks again after each "refund failed". The judge must flag
+exactly those tickets.
 
 The chaos lasts while tickets are being started and then until every task is settled (a final
 state, or `awaiting_human`) and every kind asked for was drawn once, or `--chaos-tail` seconds
@@ -114,6 +117,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -123,7 +127,7 @@ from temporalio.worker import Worker
 from activities.db import Database
 from activities.payments import StripeGateway
 from client import start_task
-from core.models import Checkpoint, TaskInput, TaskResult
+from core.models import Checkpoint, TaskInput, TaskResult, ToolInput, ToolResult
 from core.names import STATUS_ATTR
 from devstack.chaos_faults import KINDS, Kill, Killer, Outages, drop_database, run_database
 from devstack.judge import Ticket, Verdict, judge, wait_until_quiet
@@ -178,6 +182,26 @@ def beyond_window_rules(window: float, probability: float = 0.01, nth: int = 10)
     hold = {"fault": "slow", "method": "POST", "path": "/v1/refunds", "label": BEYOND, "keyed_only": True,
             "delay_seconds": LEASE_SECONDS + CLIENT_TIMEOUT + window + 2.0}
     return [{**hold, "nth": [nth]}, {**hold, "probability": probability}]
+
+
+def control_rules() -> list[dict[str, Any]]:
+    """Every refund POST of the naive tool (it names no intent key) lands and then times out, as in
+    incident 2. Put first, so no other rule keeps it from landing: a negative control whose requests
+    never reached the provider would have done nothing for the judge to flag."""
+    return [{"fault": "timeout_after_accept", "method": "POST", "path": "/v1/refunds", "unkeyed_only": True,
+             "delay_seconds": CLIENT_TIMEOUT + 1.0}]
+
+
+def control_refund(unsafe: Settings, outages: Outages) -> Callable[..., Any]:
+    """The naive refund tool, sent only while the provider is up (the killer restarts it): the controls
+    show the judge a refund behind the ledger's back, not an outage."""
+    naive = naive_refund(unsafe)
+
+    @activity.defn(name="issue_refund")
+    async def issue_refund(call: ToolInput) -> ToolResult:
+        await asyncio.to_thread(outages.provider_up.wait, 120.0)
+        return await naive(call)
+    return issue_refund
 
 
 def worker_env(slow_post_seconds: float = SLOW_POST_SECONDS) -> dict[str, str]:
@@ -513,6 +537,8 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
     window = float(env["STRIPE_PROCESSING_WINDOW_SECONDS"])
     if BEYOND in kinds and not any(r.get("label") == BEYOND for r in rules):
         rules = [*beyond_window_rules(window), *rules]
+    if any(t.control for t in plan):
+        rules = [*control_rules(), *rules]
     stack = Stack.for_tests(data_dir)
     t0 = time.monotonic()
     database = await asyncio.to_thread(run_database, ledger, stack.agent_db, f"chaos_{mode}_{os.getpid()}")
@@ -547,7 +573,8 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         # The negative controls' worker: in this process, on its own queue, the naive tool in place of
         # ours (as `starter.py compare` runs it). The killer leaves it alone; the edge's faults do not.
         unsafe = settings.model_copy(update={"task_queue": f"{stack.task_queue}-unsafe"})
-        naive = build_worker(client, unsafe, unsafe.task_queue, extensions=Extensions(replace=[naive_refund(unsafe)]))
+        naive = build_worker(client, unsafe, unsafe.task_queue,
+                             extensions=Extensions(replace=[control_refund(unsafe, outages)]))
         naive_run = asyncio.create_task(naive.run())
 
         edge_call(stack.stripe_url, "PUT", "/_edge/config", edge_config)

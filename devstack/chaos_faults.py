@@ -33,6 +33,7 @@ import asyncio
 import os
 import random
 import signal
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -88,6 +89,8 @@ class Outages:
         self.edge_marked: list[dict[str, Any]] = []
         self.down_seconds: dict[str, list[float]] = {"temporal restart": [], "provider restart": []}
         self.connections_cut = 0
+        self.provider_up = threading.Event()  # cleared while the provider restarts
+        self.provider_up.set()
 
     def restart_temporal(self, down: float) -> None:
         temporal = self.stack.temporal
@@ -104,6 +107,7 @@ class Outages:
         assert provider is not None
         self.take_edge_counts()
         at = time.monotonic()
+        self.provider_up.clear()
         provider.stop(timeout=60.0)  # SIGTERM: the store is saved; held requests finish first
         time.sleep(down)
         provider.start()
@@ -111,6 +115,7 @@ class Outages:
         restarts = len(self.down_seconds["provider restart"]) + 1  # other draws than before the restart
         EdgeControl(self.stack.stripe_url).restore({**self.edge_config,
                                                     "seed": self.edge_config.get("seed", 0) + restarts})
+        self.provider_up.set()
         self.down_seconds["provider restart"].append(time.monotonic() - at)
 
     def take_edge_counts(self) -> None:

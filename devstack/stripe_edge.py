@@ -54,6 +54,7 @@ class Rule(BaseModel):
     label: str | None = Field(default=None, description="count under fault:<label> and note each request")
     keyed_only: bool = Field(default=False, description="only requests naming an intent key in their metadata "
                                                         "(the product's; the naive refund tool's name none)")
+    unkeyed_only: bool = Field(default=False, description="only requests naming no intent key (the naive tool's)")
 
     def picks(self, count: int) -> bool:
         if self.nth is not None:
@@ -125,7 +126,8 @@ class Edge:
     def _rule_for(self, method: str, path: str, keyed: bool) -> Rule | None:
         chosen = None
         for index, rule in enumerate(self.config.rules):
-            if rule.method != method or not path.startswith(rule.path) or (rule.keyed_only and not keyed):
+            if rule.method != method or not path.startswith(rule.path) or (rule.keyed_only and not keyed) \
+                    or (rule.unkeyed_only and keyed):
                 continue
             if rule.after_rule is not None and rule.after_rule not in self._fired:
                 continue
