@@ -50,8 +50,8 @@ nothing.
 A small share of the tickets (`--controls`, 5%, at least one) are negative controls: each is alone on
 its order, and runs on a queue of its own served by a worker in this process that has the naive
 refund tool (devstack/unsafe.py: a fresh idempotency key per attempt, "refund failed" on any error)
-in place of ours. Each of its refund POSTs lands and then times out (the edge's first rule, for
-requests that name no intent key), and it sends only while the provider is up: every control moves
+in place of ours. Each of its refund POSTs lands and then times out (the edge's first rule names
+the controls' tasks), and it sends only while the provider is up: every control moves
 money behind the ledger, and the model asks again after each "refund failed". The judge must flag
 exactly those tickets.
 
@@ -172,23 +172,23 @@ def fault_rules(post_probability: float = 0.07, slow_probability: float = 0.2,
     return rules
 
 
-def beyond_window_rules(window: float, probability: float = 0.01, nth: int = 10) -> list[dict[str, Any]]:
+def beyond_window_rules(window: float, controls: list[str], probability: float = 0.01,
+                        nth: int = 10) -> list[dict[str, Any]]:
     """Refund POSTs the provider holds longer than the workers' processing window says it can: held
     LEASE + timeout + window + 2 s before they are forwarded, so each lands after its attempt's settle
     horizon (send-by + timeout + window), when the worker may already have looked, found nothing and
-    gone on. The `nth` refund POST always, and `probability` of the others. Put first: they win. Only the
-    product's requests (they name their intent key): a negative control's held request would be kept from
-    paying twice by the hold, and the judge could not flag it."""
-    hold = {"fault": "slow", "method": "POST", "path": "/v1/refunds", "label": BEYOND, "keyed_only": True,
+    gone on. The `nth` refund POST always, and `probability` of the others. Put first: they win. Not the
+    negative `controls`' requests (their own rule, `control_rules`, has them)."""
+    hold = {"fault": "slow", "method": "POST", "path": "/v1/refunds", "label": BEYOND, "skip_tasks": controls,
             "delay_seconds": LEASE_SECONDS + CLIENT_TIMEOUT + window + 2.0}
     return [{**hold, "nth": [nth]}, {**hold, "probability": probability}]
 
 
-def control_rules() -> list[dict[str, Any]]:
-    """Every refund POST of the naive tool (it names no intent key) lands and then times out, as in
-    incident 2. Put first, so no other rule keeps it from landing: a negative control whose requests
-    never reached the provider would have done nothing for the judge to flag."""
-    return [{"fault": "timeout_after_accept", "method": "POST", "path": "/v1/refunds", "unkeyed_only": True,
+def control_rules(controls: list[str]) -> list[dict[str, Any]]:
+    """Every refund POST of the negative `controls` (task ids) lands and then times out, as in incident 2.
+    Put first, so no other rule keeps it from landing: a negative control whose requests never reached
+    the provider would have done nothing for the judge to flag."""
+    return [{"fault": "timeout_after_accept", "method": "POST", "path": "/v1/refunds", "tasks": controls,
              "delay_seconds": CLIENT_TIMEOUT + 1.0}]
 
 
@@ -535,10 +535,11 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
     rules = fault_rules() if rules is None else rules
     env = worker_env(slow_post_seconds(rules))
     window = float(env["STRIPE_PROCESSING_WINDOW_SECONDS"])
+    control_tasks = [t.task.task_id for t in plan if t.control]
     if BEYOND in kinds and not any(r.get("label") == BEYOND for r in rules):
-        rules = [*beyond_window_rules(window), *rules]
-    if any(t.control for t in plan):
-        rules = [*control_rules(), *rules]
+        rules = [*beyond_window_rules(window, control_tasks), *rules]
+    if control_tasks:
+        rules = [*control_rules(control_tasks), *rules]
     stack = Stack.for_tests(data_dir)
     t0 = time.monotonic()
     database = await asyncio.to_thread(run_database, ledger, stack.agent_db, f"chaos_{mode}_{os.getpid()}")

@@ -8,7 +8,8 @@ flight is a 409. Mode `passthrough` forwards keys untouched, as localstripe alon
 
 Faults sit on the network side of the provider: `*_before_commit` never reach it,
 `*_after_commit` reach it and lose or spoil the answer. Rules match method and path
-prefix and pick requests by their count (`nth`, `from_nth`); `probability` then lets a picked
+prefix (and, with `tasks` / `skip_tasks`, the task their metadata names) and pick requests by
+their count (`nth`, `from_nth`); `probability` then lets a picked
 request through the rule only on that fraction of draws (a `random.Random` seeded by the
 config's `seed`, so one run of requests in one order draws the same faults). Control plane:
 PUT /_edge/config {"mode": ..., "rules": [...]} (also forgets saved keys and counters, like
@@ -52,9 +53,13 @@ class Rule(BaseModel):
     probability: float | None = Field(default=None, ge=0.0, le=1.0,
                                       description="fire on this fraction of the requests picked above")
     label: str | None = Field(default=None, description="count under fault:<label> and note each request")
-    keyed_only: bool = Field(default=False, description="only requests naming an intent key in their metadata "
-                                                        "(the product's; the naive refund tool's name none)")
-    unkeyed_only: bool = Field(default=False, description="only requests naming no intent key (the naive tool's)")
+    tasks: list[str] | None = Field(default=None, description="only requests whose metadata names one of these tasks")
+    skip_tasks: list[str] = Field(default_factory=list,
+                                  description="never requests whose metadata names one of these tasks")
+
+    def concerns(self, method: str, path: str, task: str | None) -> bool:
+        return method == self.method and path.startswith(self.path) and task not in self.skip_tasks \
+            and (self.tasks is None or task in self.tasks)
 
     def picks(self, count: int) -> bool:
         if self.nth is not None:
@@ -123,11 +128,10 @@ class Edge:
     async def _get_marked(self, request: web.Request) -> web.Response:
         return web.json_response(self.marked)
 
-    def _rule_for(self, method: str, path: str, keyed: bool) -> Rule | None:
+    def _rule_for(self, method: str, path: str, task: str | None) -> Rule | None:
         chosen = None
         for index, rule in enumerate(self.config.rules):
-            if rule.method != method or not path.startswith(rule.path) or (rule.keyed_only and not keyed) \
-                    or (rule.unkeyed_only and keyed):
+            if not rule.concerns(method, path, task):
                 continue
             if rule.after_rule is not None and rule.after_rule not in self._fired:
                 continue
@@ -145,7 +149,7 @@ class Edge:
         body = await request.read()
         self.stats[f"{request.method} {request.path}"] += 1
         form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
-        rule = self._rule_for(request.method, request.path, "metadata[intent_key]" in form)
+        rule = self._rule_for(request.method, request.path, form.get("metadata[task_id]", [None])[0])
         if rule is not None:
             self.stats[f"fault:{rule.fault}"] += 1
             self.stats[f"fault:{rule.fault}:{request.method}"] += 1  # a slow GET and a slow POST differ
