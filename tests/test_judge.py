@@ -17,7 +17,7 @@ from activities.world import World
 from core.models import TaskInput
 from devstack.judge import Ticket, Verdict, judge, table, wait_until_quiet
 from devstack.judge.checks import weigh
-from devstack.judge.ledger import Alert, Effect, LedgerRecords
+from devstack.judge.ledger import Alert, Effect, LedgerRecords, Message
 from devstack.judge.ledger import OrderRow as LedgerOrder
 from devstack.judge.provider import Payment, ProviderRecords, Refund
 from devstack.judge.tasks import EndState
@@ -157,3 +157,31 @@ def test_an_escalation_about_a_settled_intent_is_counted():
     # seconds cannot tell which came first, so it is not counted.
     asked_early = weigh(tickets, provider, ledger, {"t": EndState("awaiting_human")}, {"a-k-held": 1000.4})
     assert not asked_early.escalations[0].settled
+
+
+def test_a_message_whose_money_claims_the_provider_contradicts_is_false():
+    """On records made up here: the provider holds the ticket's refund re_1 of 5.00. The product's own
+    sentence and a plain true one pass; a reference it does not hold, an amount it never refunded,
+    "not issued" beside the refund, and "on its way" where nothing moved are each a false message."""
+    order = LedgerOrder("B-1", "pi_1", {"customer_email": "c@x", "items": [{"item_id": "i", "amount_cents": 500}]})
+    refund = Refund("re_1", 500, "succeeded", created=1000, charge="ch_1", payment_intent="pi_1",
+                    metadata={"task_id": "t", "item_id": "i", "intent_key": "k"})
+    paid = Payment("pi_1", 500, "succeeded", 900, "cus_1", "ch_1", {"order_id": "B-1"})
+    other = LedgerOrder("B-2", "pi_2", {"customer_email": "d@x", "items": [{"item_id": "i", "amount_cents": 700}]})
+    provider = ProviderRecords([refund], [paid, Payment("pi_2", 700, "succeeded", 900, "cus_2", "ch_2", {})])
+    effects = {"k": Effect("k", "t", "issue_refund", "performed", "re_1", 500, 1000.5)}
+    tickets = [Ticket("t", order_id="B-1", item_id="i", refund_cents=500),
+               Ticket("u", order_id="B-2", item_id="i", refund_cents=700)]
+
+    def judged(body_t: str, body_u: str = "We are looking into it.") -> list[str]:
+        outbox = [Message("m-t", "t", "email", "c@x", "s", body_t), Message("m-u", "u", "email", "d@x", "s", body_u)]
+        ledger = LedgerRecords(effects, outbox, {"B-1": order, "B-2": other}, {}, [])
+        found = weigh(tickets, provider, ledger, {"t": EndState("completed"), "u": EndState("awaiting_human")}, {})
+        return [f.detail for f in found.findings if f.kind == "false message"]
+
+    assert judged("Sorry.\n\nRefund issued: 5.00 USD for item i of order B-1, reference re_1.") == []
+    assert judged("Your refund went through.", "No refund has been issued for item i of order B-2.") == []
+    assert judged("Refund issued: 5.00 USD for item i of order B-1, reference re_9.")  # not the provider's
+    assert judged("We refunded 7.00 USD, reference re_1.")                             # not its amount
+    assert judged("Unfortunately your refund has not been issued.")                     # re_1 is there
+    assert judged("Refund issued.", "Your refund is on its way.")                       # nothing moved for u

@@ -15,14 +15,18 @@ ledger: the ledger is one of the things being judged.
   intent or ticket holds two of them. A `performed` ledger row must have its refund at the provider.
 - An invoice is paid once, the amount its ticket asked.
 - Messages (the outbox) per ticket and party: none / one / more than one. Identical ones twice are a
-  message sent twice; a completed ticket that told its customer (payee) nothing is flagged too.
+  message sent twice; a completed ticket that told its customer (payee) nothing is flagged too. What a
+  message says of money (claims.py) must agree with the provider: a "false message" names a reference
+  the provider does not hold for the ticket, states an amount none of those has, says money moved when
+  nothing did, or says none moved when the ticket's own refund (payment) is there.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from devstack.judge.ledger import Alert, Effect, LedgerRecords, OrderRow
+from devstack.judge.claims import read
+from devstack.judge.ledger import Alert, Effect, LedgerRecords, Message, OrderRow
 from devstack.judge.provider import Payment, ProviderRecords, Refund
 from devstack.judge.tasks import EndState
 from devstack.judge.verdict import Escalation, Finding, Money, Ticket, TicketVerdict, Verdict
@@ -273,6 +277,37 @@ class _Scale:
                     self.find("message to a stranger", f"task {task}", f"{len(to)} to {party}", [task])
             if addressee and not any(m.recipient == addressee for m in mine) and v.end.state == "completed":
                 self.find("told nothing", f"task {task}", f"completed without a message to {addressee}", [task])
+            self._claims(t, mine)
+
+    def _claims(self, t: Ticket, mine: list[Message]) -> None:
+        """Each message's money claims (claims.py) against what the provider holds for the ticket's order
+        or invoice: the references it names, its amounts, "issued" and "not issued"."""
+        held = self._held_for(t)
+        by_id = {m.id: m for m in held}
+        own = [m for m in held if m.metadata.get("task_id") == t.task_id]
+        for message in mine:
+            said = read(message.body)
+            wrong = [f"names {ref}, which the provider does not hold for it" for ref in said.refs if ref not in by_id]
+            named = [by_id[ref] for ref in said.refs if ref in by_id] or held
+            wrong += [f"states {cents / 100:.2f}, which no refund or payment it speaks of has"
+                      for cents in said.amounts if cents not in {m.amount for m in named}]
+            if said.done and not held:
+                wrong.append("says money moved; the provider holds none for it")
+            if said.denied and own:
+                wrong.append(f"says no money moved; the provider holds {', '.join(m.id for m in own)}")
+            if wrong:
+                self.find("false message", f"task {t.task_id}", f"to {message.recipient}: " + "; ".join(wrong),
+                          [t.task_id])
+
+    def _held_for(self, t: Ticket) -> list[Refund | Payment]:
+        """What moved money for the ticket at the provider: refunds of its order's item, payments of its invoice."""
+        order = self.ledger.orders.get(t.order_id or "")
+        payment = self.provider.payment(order.payment_intent_id) if order else None
+        refunds = [r for r in self.provider.refunds_of(payment) if t.item_id is None
+                   or r.metadata.get("item_id") == t.item_id] if payment else []
+        payments = [p for p in self.provider.payments if p.moved_money and t.invoice_id is not None
+                    and p.metadata.get("invoice_id") == t.invoice_id]
+        return [*refunds, *payments]
 
     # --- escalations -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from devstack.judge.tasks import EndState
 KINDS = ("lost", "too many", "too few", "wrong amount", "refund of no ticket", "refund of no ticket's item",
          "wrong order", "beyond payment", "one ticket, several", "one intent, several", "no ledger row",
          "ledger names another", "ledger says not performed", "ledger without provider", "order unknown",
-         "message sent twice", "told nothing", "message to a stranger")
+         "message sent twice", "told nothing", "message to a stranger", "false message")
 
 
 @dataclass(frozen=True)
