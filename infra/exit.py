@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -44,8 +45,20 @@ def exit_process(code: int) -> NoReturn:
         os._exit(code)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is: `asyncio.run` cancels every task and each `finally` runs."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def run_main(main: Callable[[], int | None]) -> NoReturn:
-    """Call `main` and end the process with its exit code, the way `sys.exit(main())` would."""
+    """Call `main` and end the process with its exit code, the way `sys.exit(main())` would. SIGTERM
+    unwinds like Ctrl-C (exit 143), so what a command started (a dev stack's servers) is stopped by its
+    `finally`; a command that handles SIGTERM itself (the worker drains) sets its own handler over this."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         code = main() or 0
     except SystemExit as stop:
@@ -54,6 +67,8 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
         else:
             print(stop.code, file=sys.stderr)
             code = 1
+    except Terminated:
+        code = 143
     except KeyboardInterrupt:
         code = 130
     except BaseException:

@@ -60,3 +60,36 @@ async def _in_thread(fn, *args):
     import asyncio
 
     return await asyncio.to_thread(fn, *args)
+
+
+STARTS_A_CHILD = """
+import asyncio, subprocess, sys
+from infra.exit import run_main
+
+async def main():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        print(child.pid, flush=True)
+        await asyncio.sleep(600)
+    finally:
+        child.terminate()
+        child.wait()
+
+run_main(lambda: asyncio.run(main()))
+"""
+
+
+def test_sigterm_unwinds_a_command_so_what_it_started_is_stopped():
+    """A dev command (chaos, week, load) stopped with SIGTERM runs its `finally` blocks, as with Ctrl-C:
+    the servers it started do not outlive it. Exit 143."""
+    parent = subprocess.Popen([sys.executable, "-c", STARTS_A_CHILD], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.terminate()
+    assert parent.wait(timeout=30) == 143
+    try:
+        os.kill(child, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive, f"the command's child {child} outlived it"
