@@ -276,15 +276,20 @@ class Effects:
         if row.horizon > now:
             return _view("in_flight", now, f"a request may still land until {_clock(row.horizon)}",
                          until=row.horizon)
+        # Unknown, but the provider may yet show it: read again a processing window later (the workflow
+        # doubles the wait each time), and a person asked meanwhile is no longer needed if it does.
+        recheck = max(1.0, self._terms.processing_window_seconds)
         if records is None or unreadable is not None:
             return _view("unknown", now, f"the ledger holds it as {row.status} and the provider's records cannot be "
-                                         f"read{': ' + unreadable if unreadable else ''}")
+                                         f"read{': ' + unreadable if unreadable else ''}",
+                         recheck=recheck if records is not None else None)
         if row.unanswered and not self._terms.honours_keys:
             if row.status == "intent":
                 self._ledger.unknown(row, {"reason": "may_land_late", "verified_by": "inspection"})
             return _view("unknown", now, f"a request of it left and got no answer, and the provider, which ignores "
                                          f"idempotency keys, shows nothing of it past its horizon "
-                                         f"({_clock(row.horizon)}): it may still land late; only a person can say")
+                                         f"({_clock(row.horizon)}): it may still land late; only a person can say",
+                         recheck=recheck)
         self._ledger.unseen(row, {"reason": "not_found_after_horizon", "verified_by": "inspection"}, now)
         return _view("not_performed", now, f"the provider shows nothing of it after its horizon "
                                            f"({_clock(row.horizon)})")
@@ -478,8 +483,9 @@ def describe(err: Exception) -> str:
     return f"{type(err).__name__} {err.http_status}" if err.http_status else type(err).__name__
 
 
-def _view(status: WorldStatus, now: float, detail: str, until: float | None = None) -> IntentView:
-    return IntentView(status=status, read_at=_clock(now), detail=detail, until=until)
+def _view(status: WorldStatus, now: float, detail: str, until: float | None = None,
+          recheck: float | None = None) -> IntentView:
+    return IntentView(status=status, read_at=_clock(now), detail=detail, until=until, recheck_seconds=recheck)
 
 
 def _held(now: float, detail: str, ref: str | None, amount: int | None, task_id: str | None) -> IntentView:

@@ -221,7 +221,7 @@ class Verdict(BaseModel):
     why: str | None = None
 
 
-AlertKind = Literal["escalation", "dead_letter", "reconciliation"]
+AlertKind = Literal["escalation", "escalation_withdrawn", "dead_letter", "reconciliation"]
 
 
 class AlertInput(BaseModel):
@@ -289,6 +289,9 @@ class IntentView(BaseModel):
     amount_cents: int | None = None
     task_id: str | None = Field(default=None, description="the task whose request performed it")
     until: float | None = Field(default=None, description="epoch seconds: the settle horizon of a request in flight")
+    recheck_seconds: float | None = Field(default=None, description="unknown, and the records may settle it later "
+                                          "without anyone (a late landing, the provider readable again): read again "
+                                          "after this")
 
 
 class AskInput(BaseModel):

@@ -226,6 +226,35 @@ async def test_nobody_is_asked_when_the_world_settles_as_the_question_goes_out(
     assert_ledger_equals_provider(world, "SU-88421")
 
 
+async def test_a_question_the_world_settles_while_a_person_is_asked_is_withdrawn(
+    client: Client, settings: Settings, world: World, edge: EdgeControl,
+):
+    """Key-ignoring provider: the refund POST is held 25 s, far past its settle horizon (1 s timeout + 2 s
+    window), so the task asks a person (`may_land_late`). Then the held request lands. The waiting task
+    reads the world again, finds the refund and goes on without anyone: one refund, the customer told,
+    the escalation's alert followed by a withdrawal, no decision needed."""
+    short = settings.model_copy(update={"stripe_timeout_seconds": 1.0, "stripe_processing_window_seconds": 2.0})
+    edge.configure("passthrough", [{"method": "POST", "path": "/v1/refunds", "fault": "slow", "delay_seconds": 25.0,
+                                    "nth": [1]}])
+    async with running_worker(client, short):
+        handle = await start(client, short, scenario_task("SU-88421"))
+        asked = await waiting(handle, timeout=60)
+        assert asked.waiting_for.reason == "unknown_outcome" and world.refunds("SU-88421") == [], asked.waiting_for
+        result = await finished(handle)
+    [refund] = world.refunds("SU-88421")
+    step = result.checkpoint.steps["issue_refund"]
+    assert result.state == "completed" and step.outcome is Outcome.PERFORMED, step.trail
+    assert step.result["provider_ref"] == refund["id"] and result.checkpoint.decisions == []
+    assert any("settled by the world while a person was asked" in line for line in step.trail), step.trail
+    [notice] = [m for m in world.messages(handle.id) if m["kind"] == "email"]
+    assert "118.00" in notice["body"] and refund["id"] in notice["body"]
+    with Database(short.agent_db_path).connect() as conn:
+        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
+                                                 {"task": handle.id}).fetchall()]
+    assert kinds == ["escalation", "escalation_withdrawn"], kinds
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
 # --- 3. a task's own ceiling counts totals ----------------------------------------------------------
 
 

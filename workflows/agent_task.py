@@ -147,6 +147,7 @@ class AgentTaskWorkflow:
         self._message_bytes = 0
         self._answers: list[tuple[ResolveInput, DecisionRecord]] = []  # what `decide` Updates answer
         self._alerts: list[asyncio.Future[None]] = []  # escalation alerts still being delivered
+        self._withdrawn: ToolResult | None = None  # what the world settled while a person was asked (`_recheck`)
         carry = task.carry
         if carry is None:
             self._checkpoint = Checkpoint(task_id=task.task_id, scenario=task.scenario)
@@ -416,7 +417,22 @@ class AgentTaskWorkflow:
                 settled = self._settled_by(world, call, not_done_settles)
                 if settled is not None:
                     return settled
+            watcher = None
+            if world is not None and world.status == "unknown" and world.recheck_seconds \
+                    and workflow.patched(_RECHECK_WHILE_ASKED):
+                watcher = asyncio.ensure_future(self._recheck(task, call, world.recheck_seconds, not_done_settles))
             decision = await self._await_decision(question, world, answers_later=self._boundary, alerted=asked)
+            if watcher is not None:  # (a wait that ends the run leaves it: the run's end drops its timer)
+                watcher.cancel()
+            if decision is not None:
+                self._withdrawn = None  # a decision and the world in one workflow task: the decision is checked
+            else:  # the world settled the call while a person was asked: nobody is needed any more
+                withdrawn, self._withdrawn = cast(ToolResult, self._withdrawn), None
+                call.step.trail.append(f"world: {withdrawn.message}"[:500])
+                self._alerts.append(asyncio.ensure_future(self._alert(
+                    "escalation_withdrawn", reason, call.decision_key,
+                    f"{call.spec.name} no longer waits for a human: {withdrawn.message}"[:1000])))
+                return withdrawn
             if self._boundary and call.key is not None:
                 checked = await self._check_against_world(task, call, decision, reason)
                 if checked is not None:
@@ -473,6 +489,25 @@ class AgentTaskWorkflow:
             self._touch()
             await workflow.sleep(max(1.0, view.until - workflow.now().timestamp() + 0.5))
         return view, False
+
+    async def _recheck(self, task: TaskInput, call: GateCall, wait: float, not_done_settles: bool) -> None:
+        """While a person is asked about an unknown outcome, read the world again (after `wait`, then twice
+        as long each time, at most an hour apart): when it settles the call, the question is withdrawn
+        (`_await_decision` wakes on `_withdrawn`). Cancelled when the wait ends."""
+        while True:
+            await workflow.sleep(wait)
+            view: IntentView = await workflow.execute_activity_method(
+                ToolActivities.inspect_intent,
+                InspectInput(task_id=task.task_id, tool=call.spec.name, intent_key=cast(str, call.key),
+                             arguments=call.arguments),
+                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
+                summary=f"read the world again while a person is asked: {call.spec.name} {call.key}"[:200])
+            settled = self._settled_by(view, call, not_done_settles)
+            if settled is not None:
+                self._withdrawn = settled.model_copy(update={
+                    "message": f"settled by the world while a person was asked: {view.detail}"})
+                return
+            wait = min(wait * 2, _RECHECK_AT_MOST)
 
     def _asked_already(self, question: _Question) -> bool:
         """The previous run continued as new while this question waited: it is not asked again."""
@@ -610,11 +645,12 @@ class AgentTaskWorkflow:
     # --- humans --------------------------------------------------------------------------
 
     async def _await_decision(self, question: _Question, world: IntentView | None = None,
-                              answers_later: bool = False, alerted: bool = False) -> ResolveInput:
+                              answers_later: bool = False, alerted: bool = False) -> ResolveInput | None:
         """Wait for an applied decision on the question's key. An abort ends the task here; so does the
         deadline. Unless the caller `answers_later` (it checks the decision against the world first),
         the decision is answered as applied when it is taken. `alerted`: the person was already asked
-        (`_ask`), so no alert is raised here."""
+        (`_ask`), so no alert is raised here. None: no decision came, the world settled the question
+        (`_recheck`, `_withdrawn`)."""
         tool, arguments, key, reason, detail = (question.tool, question.arguments, question.key, question.reason,
                                                 question.detail)
         timeout = self._policy.escalation_timeout_seconds
@@ -647,10 +683,15 @@ class AgentTaskWorkflow:
             self._history_at_wait = (info.get_current_history_length(), info.get_current_history_size())
             self._messages = self._message_bytes = 0
         try:
-            await workflow.wait_condition(lambda: self._decision is not None or self._rollover_due(),
-                                          timeout=timedelta(seconds=timeout))
+            await workflow.wait_condition(
+                lambda: self._decision is not None or self._withdrawn is not None or self._rollover_due(),
+                timeout=timedelta(seconds=timeout))
         except TimeoutError:
             pass
+        if self._decision is None and self._withdrawn is not None:
+            self._checkpoint.waiting_for = None
+            self._set_state("running")
+            return None
         if self._decision is None and self._rollover_due():
             # What senders sent while it waited fills the history: the question goes on in a fresh run.
             await self._continue_as_new(self._task)
@@ -959,6 +1000,10 @@ _LOCAL_READS = "local-reads"
 # Since this change the read before a question and the question's alert are one activity (`_ask`);
 # before, the alert was raised a workflow task after the read, and what landed between was asked about.
 _ASK_AFTER_READING = "ask-after-reading"
+# Since this change a task waiting for a person on an unknown outcome reads the world again now and then,
+# and goes on without the person once it shows the outcome (`_recheck`).
+_RECHECK_WHILE_ASKED = "recheck-while-asked"
+_RECHECK_AT_MOST = 3600.0  # seconds between two reads of the world while a person is asked
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)
 _MESSAGE_OVERHEAD_BYTES = 512  # an event's own fields beside the payload
 _ANSWERS_KEPT = 8
