@@ -11,11 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.operations import OperationsActivities
 from activities.tools import ToolActivities
 from core.failures import AlertNotDelivered
 from core.models import AskAnswer, AskInput, IntentView
+
+# Attempts of one ask that read the provider again, rather than ask a person, while it cannot be read (a
+# restart, a network blip): with the ops retry policy, 1, 2, 4, 8 and 16 s apart, about half a minute.
+# What it holds is what settles the call; a person is asked once it stays unreadable.
+UNREADABLE_READS = 6
 
 
 class AskingActivities:
@@ -34,6 +40,9 @@ class AskingActivities:
         world = await self._tools.inspect_intent(ask.intent)
         if settles(world, ask.not_done_settles):
             return AskAnswer(world=world, asked=False)
+        if world.unreadable and activity.info().attempt < UNREADABLE_READS:
+            raise ApplicationError(f"nobody asked yet, the provider is read again first: {world.detail}",
+                                   type="ProviderUnreadable")
         alert = ask.alert.model_copy(update={"summary": f"{ask.alert.summary} | read {world.read_at}: "
                                                         f"{world.status}: {world.detail}"[:2000]})
         try:

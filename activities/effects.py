@@ -280,9 +280,10 @@ class Effects:
         # doubles the wait each time), and a person asked meanwhile is no longer needed if it does.
         recheck = max(1.0, self._terms.processing_window_seconds)
         if records is None or unreadable is not None:
-            return _view("unknown", now, f"the ledger holds it as {row.status} and the provider's records cannot be "
+            view = _view("unknown", now, f"the ledger holds it as {row.status} and the provider's records cannot be "
                                          f"read{': ' + unreadable if unreadable else ''}",
                          recheck=recheck if records is not None else None)
+            return view.model_copy(update={"unreadable": records is not None})
         if row.unanswered and not self._terms.honours_keys:
             if row.status == "intent":
                 self._ledger.unknown(row, {"reason": "may_land_late", "verified_by": "inspection"})

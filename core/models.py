@@ -289,6 +289,7 @@ class IntentView(BaseModel):
     amount_cents: int | None = None
     task_id: str | None = Field(default=None, description="the task whose request performed it")
     until: float | None = Field(default=None, description="epoch seconds: the settle horizon of a request in flight")
+    unreadable: bool = Field(default=False, description="unknown because the provider could not be read")
     recheck_seconds: float | None = Field(default=None, description="unknown, and the records may settle it later "
                                           "without anyone (a late landing, the provider readable again): read again "
                                           "after this")

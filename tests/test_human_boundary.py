@@ -226,6 +226,38 @@ async def test_nobody_is_asked_when_the_world_settles_as_the_question_goes_out(
     assert_ledger_equals_provider(world, "SU-88421")
 
 
+def readable_again_on_the_second_read(settings: Settings, edge: EdgeControl) -> list:
+    """`ask_a_person` whose provider comes back (a restart ends) from its second attempt on."""
+    db = Database(settings.agent_db_path)
+    tools = ToolActivities(db, StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, settings.stripe_timeout_seconds),
+                           Ceilings(settings.approval_ceiling_cents), provider_terms(settings))
+
+    @activity.defn(name="ask_a_person")
+    async def ask_a_person(ask: AskInput) -> AskAnswer:
+        if activity.info().attempt >= 2:
+            await asyncio.to_thread(edge.configure, "passthrough")
+        return await AskingActivities(tools, OperationsActivities(db)).ask_a_person(ask)
+    return [ask_a_person]
+
+
+async def test_nobody_is_asked_while_the_provider_is_only_briefly_unreadable(
+    client: Client, fast: Settings, world: World, edge: EdgeControl,
+):
+    """The refund landed and its answer was lost, and the provider cannot be read (as during its
+    restart) when the task would ask. The provider is read again before anyone is asked; readable a
+    second later, it shows the refund: nobody is asked, one refund, the customer told."""
+    edge.configure("passthrough", LANDED_UNREADABLE)
+    async with running_worker(client, fast, replace=readable_again_on_the_second_read(fast, edge)):
+        result = await finished(await start(client, fast, scenario_task("SU-88421")))
+    [refund] = world.refunds("SU-88421")
+    step = result.checkpoint.steps["issue_refund"]
+    assert result.state == "completed" and result.checkpoint.escalations == 0, step.trail
+    assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"], step.trail
+    with Database(fast.agent_db_path).connect() as conn:
+        assert conn.execute("SELECT kind FROM alerts WHERE task_id = :task", {"task": result.task_id}).fetchall() == []
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
 async def test_a_question_the_world_settles_while_a_person_is_asked_is_withdrawn(
     client: Client, settings: Settings, world: World, edge: EdgeControl,
 ):
