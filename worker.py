@@ -172,7 +172,8 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         settings.decision_max_lifetime_seconds))
     token = settings.alert_webhook_token.get_secret_value() if settings.alert_webhook_token else None
     operations = OperationsActivities(db, settings.alert_webhook_url, token)
-    activities += [*operations.activities(), *authority.activities(), *AskingActivities(tools, operations).activities(),
+    asking = AskingActivities(tools, operations, settings.unreadable_reads_before_asking)
+    activities += [*operations.activities(), *authority.activities(), *asking.activities(),
                    ReconcileActivities(db, gateway).reconcile_ledger, model.model_turn,
                    FactActivities(db, gateway).check_facts]
     replaced = {activity_name(fn) for fn in extensions.replace}

@@ -20,14 +20,17 @@ from core.models import AskAnswer, AskInput, IntentView
 
 # Attempts of one ask that read the provider again, rather than ask a person, while it cannot be read (a
 # restart, a network blip): with the ops retry policy, 1, 2, 4, 8 and 16 s apart, about half a minute.
-# What it holds is what settles the call; a person is asked once it stays unreadable.
+# What it holds is what settles the call; a person is asked once it stays unreadable. The deployment's
+# setting (UNREADABLE_READS_BEFORE_ASKING); tests that keep the provider unreadable for good lower it.
 UNREADABLE_READS = 6
 
 
 class AskingActivities:
-    def __init__(self, tools: ToolActivities, operations: OperationsActivities) -> None:
+    def __init__(self, tools: ToolActivities, operations: OperationsActivities,
+                 unreadable_reads: int = UNREADABLE_READS) -> None:
         self._tools = tools
         self._operations = operations
+        self._unreadable_reads = unreadable_reads
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.ask_a_person]
@@ -40,7 +43,7 @@ class AskingActivities:
         world = await self._tools.inspect_intent(ask.intent)
         if settles(world, ask.not_done_settles):
             return AskAnswer(world=world, asked=False)
-        if world.unreadable and activity.info().attempt < UNREADABLE_READS:
+        if world.unreadable and activity.info().attempt < self._unreadable_reads:
             raise ApplicationError(f"nobody asked yet, the provider is read again first: {world.detail}",
                                    type="ProviderUnreadable")
         alert = ask.alert.model_copy(update={"summary": f"{ask.alert.summary} | read {world.read_at}: "

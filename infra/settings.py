@@ -66,6 +66,9 @@ class Settings(BaseSettings):
                                         " recipient; one more is not sent (activities/records.py send_once)")
     messages_per_task: int = Field(default=6, ge=1, description="messages one task may send in all")
     disabled_tools: str = Field(default="", description="comma-separated tools no task of this worker gets")
+    unreadable_reads_before_asking: int = Field(default=6, ge=1, description="reads of a provider that cannot be"
+                                                " read (1, 2, 4, 8, 16 s apart) before a person is asked about an"
+                                                " intent it may hold; 1 asks at the first")
     reconcile_every_minutes: float = Field(default=5, ge=0, description="0 turns the reconciliation schedule off")
     # Admission control (worker.py `worker_tuner`, docs/scale.md): how many tasks of each kind the worker
     # takes from Temporal at once. A task it has not taken waits in the task queue, where waiting is free;

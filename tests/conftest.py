@@ -40,6 +40,8 @@ def settings(stack: Stack, tmp_path: Path) -> Settings:
         stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
         agent_db_path=tmp_path / "agent.db", stripe_timeout_seconds=5.0, approvers=APPROVERS,
         stripe_processing_window_seconds=1.0, effect_lease_seconds=2.0,
+        # One more read a second later, not half a minute of them: many tests keep the provider unreadable.
+        unreadable_reads_before_asking=2,
     )
 
 
@@ -67,4 +69,5 @@ def worker_env(settings: Settings) -> dict[str, str]:
         "AGENT_DB_PATH": str(settings.agent_db_path), "APPROVERS": APPROVERS,
         "STRIPE_PROCESSING_WINDOW_SECONDS": str(settings.stripe_processing_window_seconds),
         "EFFECT_LEASE_SECONDS": str(settings.effect_lease_seconds),
+        "UNREADABLE_READS_BEFORE_ASKING": str(settings.unreadable_reads_before_asking),
     }

@@ -195,7 +195,7 @@ def readable_as_asked(settings: Settings, edge: EdgeControl) -> list:
     @activity.defn(name="ask_a_person")
     async def ask_a_person(ask: AskInput) -> AskAnswer:
         await asyncio.to_thread(edge.configure, "passthrough")
-        return await AskingActivities(tools, operations).ask_a_person(ask)
+        return await AskingActivities(tools, operations, settings.unreadable_reads_before_asking).ask_a_person(ask)
     return [raise_alert, ask_a_person]
 
 
@@ -236,7 +236,7 @@ def readable_again_on_the_second_read(settings: Settings, edge: EdgeControl) -> 
     async def ask_a_person(ask: AskInput) -> AskAnswer:
         if activity.info().attempt >= 2:
             await asyncio.to_thread(edge.configure, "passthrough")
-        return await AskingActivities(tools, OperationsActivities(db)).ask_a_person(ask)
+        return await AskingActivities(tools, OperationsActivities(db), settings.unreadable_reads_before_asking).ask_a_person(ask)
     return [ask_a_person]
 
 

@@ -185,3 +185,6 @@ def test_a_message_whose_money_claims_the_provider_contradicts_is_false():
     assert judged("We refunded 7.00 USD, reference re_1.")                             # not its amount
     assert judged("Unfortunately your refund has not been issued.")                     # re_1 is there
     assert judged("Refund issued.", "Your refund is on its way.")                       # nothing moved for u
+    # A denial counts only in a sentence that names money: a pickup label not sent says nothing of it.
+    assert judged("Your refund went through. Your pickup label has not been sent yet.") == []
+    assert judged("Your pickup label is sent. Your refund has not been sent.")               # re_1 is there

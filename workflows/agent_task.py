@@ -455,12 +455,7 @@ class AgentTaskWorkflow:
         """The ledger and the provider on this call's intent. A request that may still land is waited
         out (a durable timer to its settle horizon) before the world is read again."""
         for _ in range(_WORLD_READS):
-            view: IntentView = await workflow.execute_activity_method(
-                ToolActivities.inspect_intent,
-                InspectInput(task_id=task.task_id, tool=call.spec.name, intent_key=cast(str, call.key),
-                             arguments=call.arguments),
-                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
-                summary=f"read the world: {call.spec.name} {call.key}"[:200])
+            view = await self._inspect(task, call, "read the world")
             if view.status != "in_flight" or view.until is None:
                 return view
             call.step.trail.append(f"world: in flight until {view.until:.0f}; waiting before anyone is asked")
@@ -475,8 +470,7 @@ class AgentTaskWorkflow:
         for _ in range(_WORLD_READS):
             answer: AskAnswer = await workflow.execute_activity_method(
                 AskingActivities.ask_a_person,
-                AskInput(intent=InspectInput(task_id=task.task_id, tool=call.spec.name,
-                                             intent_key=cast(str, call.key), arguments=call.arguments),
+                AskInput(intent=_inspect_input(task, call),
                          alert=self._alert_input("escalation", question.reason, question.key,
                                                  _alert_summary(question), self._checkpoint.escalations + 1),
                          not_done_settles=not_done_settles),
@@ -496,18 +490,21 @@ class AgentTaskWorkflow:
         (`_await_decision` wakes on `_withdrawn`). Cancelled when the wait ends."""
         while True:
             await workflow.sleep(wait)
-            view: IntentView = await workflow.execute_activity_method(
-                ToolActivities.inspect_intent,
-                InspectInput(task_id=task.task_id, tool=call.spec.name, intent_key=cast(str, call.key),
-                             arguments=call.arguments),
-                start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
-                summary=f"read the world again while a person is asked: {call.spec.name} {call.key}"[:200])
+            view = await self._inspect(task, call, "read the world again while a person is asked")
             settled = self._settled_by(view, call, not_done_settles)
             if settled is not None:
                 self._withdrawn = settled.model_copy(update={
                     "message": f"settled by the world while a person was asked: {view.detail}"})
                 return
             wait = min(wait * 2, _RECHECK_AT_MOST)
+
+    async def _inspect(self, task: TaskInput, call: GateCall, why: str) -> IntentView:
+        """One read of the ledger and the provider on this call's intent; `why` names it in the history."""
+        view: IntentView = await workflow.execute_activity_method(
+            ToolActivities.inspect_intent, _inspect_input(task, call),
+            start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
+            summary=f"{why}: {call.spec.name} {call.key}"[:200])
+        return view
 
     def _asked_already(self, question: _Question) -> bool:
         """The previous run continued as new while this question waited: it is not asked again."""
@@ -1056,6 +1053,11 @@ def _within_bytes(transcript: list[ChatMessage], limit: int) -> list[ChatMessage
     while kept and kept[0].role == "tool":
         kept = kept[1:]
     return pinned + kept
+
+
+def _inspect_input(task: TaskInput, call: GateCall) -> InspectInput:
+    return InspectInput(task_id=task.task_id, tool=call.spec.name, intent_key=cast(str, call.key),
+                        arguments=call.arguments)
 
 
 def _alert_summary(question: _Question) -> str:

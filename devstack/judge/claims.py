@@ -15,6 +15,9 @@ _AMOUNT = re.compile(r"(?<![\w.])(\d{1,9}\.\d{2})(?!\d)")
 _MONEY = r"(?:refund\w*|repaid|reimburs\w*|paid|payment\w*|money|issued|sent)"
 _DENIAL = re.compile(rf"\b(?:no|not|never|nothing|unable|could ?n[o']t|can ?n[o']t|failed|declined)\b"
                      rf"[^.!?\n]{{0,60}}?\b{_MONEY}", re.IGNORECASE)
+# A sentence speaks of money only when it names it: "your label has not been sent yet" denies nothing.
+_NAMES_MONEY = re.compile(r"\b(?:refund\w*|repaid|reimburs\w*|paid|payment\w*|money)\b", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?\n](?!\d)")
 _DONE = re.compile(r"\b(?:refund\w* (?:was |has been )?issued|refunded|payment (?:was |has been )?sent|paid"
                    r"|on its way)\b", re.IGNORECASE)
 
@@ -28,7 +31,8 @@ class Said:
 
 
 def read(body: str) -> Said:
-    denied = bool(_DENIAL.search(body))
+    denied = any(_NAMES_MONEY.search(sentence) and _DENIAL.search(sentence)
+                 for sentence in _SENTENCE_END.split(body))
     refs = tuple(dict.fromkeys(_REF.findall(body)))
     return Said(refs=refs, amounts=tuple(round(float(a) * 100) for a in _AMOUNT.findall(body)),
                 done=bool(refs) or (bool(_DONE.search(body)) and not denied), denied=denied and not refs)
