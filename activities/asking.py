@@ -7,6 +7,7 @@ provider already shows. Here the gap is the alert's own delivery.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,8 @@ class AskingActivities:
         the alert on its own while the person can already decide."""
         world = await self._tools.inspect_intent(ask.intent)
         if settles(world, ask.not_done_settles):
+            if activity.info().attempt > 1:
+                await self._withdraw_earlier(ask, world)
             return AskAnswer(world=world, asked=False)
         if world.unreadable and activity.info().attempt < self._unreadable_reads:
             raise ApplicationError(f"nobody asked yet, the provider is read again first: {world.detail}",
@@ -53,6 +56,19 @@ class AskingActivities:
         except AlertNotDelivered as err:
             return AskAnswer(world=world, asked=False, failure=str(err))
         return AskAnswer(world=world, asked=True)
+
+    async def _withdraw_earlier(self, ask: AskInput, world: IntentView) -> None:
+        """An earlier attempt delivered the question and was lost before it answered (its worker died):
+        the person it reached is told the question is withdrawn, as a task withdraws its own."""
+        withdrawal = f"{ask.alert.alert_key}:withdrawn"
+        asked, withdrawn = await asyncio.to_thread(
+            lambda: (self._operations.alert_stored(ask.alert.alert_key), self._operations.alert_stored(withdrawal)))
+        if not asked or withdrawn:
+            return
+        await self._operations.raise_alert(ask.alert.model_copy(update={
+            "alert_key": withdrawal, "kind": "escalation_withdrawn",
+            "summary": f"{ask.intent.tool} no longer waits for a human: read {world.read_at}: {world.status}: "
+                       f"{world.detail}"[:1000]}))
 
 
 def settles(world: IntentView, not_done_settles: bool) -> bool:

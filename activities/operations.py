@@ -68,6 +68,11 @@ class OperationsActivities:
                 {"key": alert.alert_key, "task": alert.task_id, "kind": alert.kind, "reason": alert.reason,
                  "intent": alert.intent_key, "summary": alert.summary, "delivered": delivered, "now": time.time()})
 
+    def alert_stored(self, alert_key: str) -> bool:
+        with self._db.connect() as conn:
+            row = conn.execute("SELECT 1 FROM alerts WHERE alert_key = :key", {"key": alert_key}).fetchone()
+        return row is not None
+
     @activity.defn(name="store_dead_letter")
     async def store_dead_letter(self, letter: DeadLetterInput) -> None:
         await asyncio.to_thread(self._store_dead_letter, letter)

@@ -6,6 +6,7 @@ ledger's rows, with signed decisions sent to a real server."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -30,6 +31,7 @@ from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
 from tests.approvers import signed
 from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
+from tests.test_lease import attempt
 from tests.test_money_boundary import assert_ledger_equals_provider, fresh_order, refund_call, scripted, until
 from worker import provider_terms
 
@@ -285,6 +287,51 @@ async def test_a_question_the_world_settles_while_a_person_is_asked_is_withdrawn
                                                  {"task": handle.id}).fetchall()]
     assert kinds == ["escalation", "escalation_withdrawn"], kinds
     assert_ledger_equals_provider(world, "SU-88421")
+
+
+def test_a_question_delivered_by_a_lost_attempt_is_withdrawn_when_the_next_finds_it_settled(
+        settings: Settings, world: World, edge: EdgeControl, caplog: pytest.LogCaptureFixture):
+    """An attempt of `ask_a_person` delivered its alert and its worker died before it answered; by the
+    retry the refund is at the provider. The retry asks nobody and tells the person the question is
+    withdrawn. A first attempt that finds the world settled, or a retry whose predecessor reached nobody,
+    alerts nobody at all."""
+    edge.configure("passthrough")
+    db = Database(settings.agent_db_path)
+    tools = ToolActivities(db, world.gateway, Ceilings(settings.approval_ceiling_cents), provider_terms(settings))
+    operations = OperationsActivities(db)
+    asking = AskingActivities(tools, operations, settings.unreadable_reads_before_asking)
+    call = ToolInput(task_id="ask-lost", tool="issue_refund", intent_key="v1:issue_refund:ask-lost",
+                     arguments={"order_id": "ORD-8841", "item_id": "kettle-01", "amount_cents": 4500,
+                                "currency": "usd", "reason": "damaged"})
+    assert attempt(1).run(tools._issue_refund, call).outcome is Outcome.PERFORMED
+
+    def ask(key: str) -> AskInput:
+        return AskInput(intent={"task_id": call.task_id, "tool": call.tool, "intent_key": call.intent_key,
+                                "arguments": call.arguments},
+                        alert=AlertInput(alert_key=key, task_id=call.task_id, kind="escalation",
+                                         reason="unknown_outcome", intent_key=call.intent_key, summary="asked"))
+
+    def kinds() -> list[tuple[str, str]]:
+        with db.connect() as conn:
+            rows = conn.execute("SELECT alert_key, kind FROM alerts WHERE task_id = :task ORDER BY created_at",
+                                {"task": call.task_id}).fetchall()
+        return [(r["alert_key"], r["kind"]) for r in rows]
+
+    assert not asyncio.run(attempt(1).run(asking.ask_a_person, ask("q1"))).asked
+    assert not asyncio.run(attempt(2).run(asking.ask_a_person, ask("q2"))).asked
+    assert kinds() == [], "nobody was reached before: nothing to withdraw"
+
+    asyncio.run(operations.raise_alert(ask("q3").alert))  # what the lost attempt delivered
+    answer = asyncio.run(attempt(2).run(asking.ask_a_person, ask("q3")))
+    assert not answer.asked and answer.world.status == "performed"
+    assert kinds() == [("q3", "escalation"), ("q3:withdrawn", "escalation_withdrawn")]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agent.alerts"):
+        asyncio.run(attempt(3).run(asking.ask_a_person, ask("q3")))
+    assert [r for r in caplog.records if "escalation_withdrawn" in r.getMessage()] == [], "delivered once"
+    assert kinds() == [("q3", "escalation"), ("q3:withdrawn", "escalation_withdrawn")], "withdrawn once"
+    [refund] = world.refunds("ORD-8841")
+    assert refund["intent_key"] == call.intent_key
 
 
 # --- 3. a task's own ceiling counts totals ----------------------------------------------------------
