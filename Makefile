@@ -90,6 +90,7 @@ week: $(VENV)/.installed
 	$(PYTHON) -m devstack.week $(WEEK_ARGS)
 
 # SIGKILL a worker mid-refund 50 times per mode: kill -> the refund running again, from the histories.
+# RESUME_ARGS="--mode survivor --load 300": the same while 300 other tickets run on the same workers.
 resume: $(VENV)/.installed
 	$(PYTHON) -m devstack.resume $(RESUME_ARGS)
 

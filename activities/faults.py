@@ -9,6 +9,9 @@ CRASH_ARMED=<file> lets another process aim one fault at a time (devstack/chaos.
 holds `<SIGNAL> <point>[,<point>...]`, the first thread to reach one of those points claims it (an
 atomic rename, so one thread fires), writes `<point> <SIGNAL>` to `<file>.fired` and signals itself.
 With no file there it does nothing; CRASH_AT is not read while CRASH_ARMED is set.
+
+CRASH_TASKS=<prefix> limits CRASH_AT to activities of tasks whose id starts with the prefix, so a
+benchmark can aim a kill at its measured ticket while other tickets load the same worker.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import signal
 import threading
 from pathlib import Path
+
+from temporalio import activity
 
 
 def crash_point(name: str) -> None:
@@ -32,6 +37,9 @@ def crash_point(name: str) -> None:
 def _wanted(name: str) -> str | None:
     wanted = os.environ.get("CRASH_AT")
     if not wanted or wanted != name:
+        return None
+    only = os.environ.get("CRASH_TASKS")
+    if only and not (activity.in_activity() and (activity.info().workflow_id or "").startswith(only)):
         return None
     marker = os.environ.get("CRASH_MARKER")
     if marker:

@@ -1,6 +1,7 @@
 """Kill -> resume: a worker SIGKILLed mid-refund, and how long until the refund step runs again.
 
-    python -m devstack.resume [--kills 50] [--mode survivor|restart|both] [--point issue_refund:after_provider] [--json]
+    python -m devstack.resume [--kills 50] [--mode survivor|restart|both] [--point issue_refund:after_provider]
+                              [--load N] [--json]
 
 For each mode it starts its own stack (Temporal dev server + localstripe behind the Stripe edge in
 dedupe mode, no faults; free ports, a temporary folder), seeds one paid batch order per kill and
@@ -31,6 +32,11 @@ interval); the rest is the retry interval and the dispatch to a polling worker. 
 gives what the kill costs the workflow task after the step (it waits on the dead worker's sticky
 queue for the sticky schedule-to-start timeout), by the same rule, separately.
 
+With `--load N`, N other refund tickets are kept in flight on the same workers the whole time
+(devstack/background.py): the figure under a load, not on an idle machine. The crash fires only in
+the measured ticket's activities (`CRASH_TASKS`); a kill takes the background tickets' attempts on
+that worker down with it, as a real one would, and each of them must still be refunded exactly once.
+
 The world is checked per ticket: the provider holds exactly one refund of the item's price for
 the order, the ledger's `issue_refund` row is `performed` with that refund's id, and the task
 completed. A ticket paid twice, or not at all, is listed and the exit code is 1.
@@ -57,15 +63,17 @@ from temporalio.service import RPCError
 
 from activities.db import Database
 from activities.payments import StripeGateway
+from activities.records import Records
 from activities.world import World
 from client import start_task
 from core import policies
 from core.models import TaskResult
+from devstack.background import FIRST, Background
 from devstack.chaos import Kill, _pid, _ts, edge_call, percentile, resumptions, worker_env
 from devstack.polling import poll_until
 from devstack.processes import WorkerProcess
 from devstack.scenarios import batch_order, batch_ticket
-from devstack.seed import seed_scenarios
+from devstack.seed import seed_order, seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.exit import run_main
 from infra.settings import Settings
@@ -81,6 +89,7 @@ DEFAULT_POINT = f"{STEP}:after_provider"
 GOAL = (2.0, 4.0)  # issue 15: kill -> the interrupted step running again, median and p99 seconds
 TICKET_TIMEOUT = 120.0
 KILL_TIMEOUT = 60.0
+MEASURED = "ticket-B-0"  # the measured tickets' ids (batch_ticket(n), n < FIRST): CRASH_TASKS
 
 
 @dataclass
@@ -108,6 +117,7 @@ class KillRecord:
     ledger: str | None = None                # the issue_refund row's status
     problems: list[str] = field(default_factory=list)  # the world: paid twice, not refunded, not completed
     notes: list[str] = field(default_factory=list)     # the measurement: no kill, no figure
+    load_in_flight: int | None = None        # --load: background tickets in flight at the kill
 
     @property
     def once(self) -> bool:
@@ -123,6 +133,7 @@ class ModeReport:
     startup_s: list[float]                   # every worker start of the run (start to ready)
     seconds: float = 0.0
     data_dir: str = ""
+    background: dict[str, Any] = field(default_factory=dict)  # --load: Background.summary()
 
     @property
     def killed(self) -> list[KillRecord]:
@@ -142,7 +153,7 @@ class ModeReport:
 
     @property
     def world_ok(self) -> bool:
-        return all(r.once for r in self.records)
+        return all(r.once for r in self.records) and not self.background.get("problems")
 
     def summary(self) -> dict[str, Any]:
         def stats(values: list[float]) -> dict[str, float | None]:
@@ -160,7 +171,10 @@ class ModeReport:
                 "completed": sum(1 for r in self.records if r.state == "completed"),
                 "refunded_once": sum(1 for r in self.records if r.once), "paid_twice": len(self.paid_twice),
                 "unattributed_timeouts": sum(len(r.unattributed) for r in self.records),
-                "goal_met": _goal_met(self.resume), "seconds": round(self.seconds, 1)}
+                "goal_met": _goal_met(self.resume), "seconds": round(self.seconds, 1),
+                "load_in_flight": stats([float(r.load_in_flight) for r in self.records
+                                         if r.load_in_flight is not None and r.kill_at is not None]),
+                "background": self.background}
 
 
 def _goal_met(values: list[float]) -> bool:
@@ -246,7 +260,7 @@ class Supervisor:
 
 
 async def run_ticket(n: int, mode: str, client: Client, settings: Settings, supervisor: Supervisor,
-                     marker: Path, world: World) -> KillRecord:
+                     marker: Path, world: World, load: Background | None = None) -> KillRecord:
     task = batch_ticket(n)
     order = batch_order(n)
     record = KillRecord(ticket=task.task_id, order=order.order_id, price_cents=order.items[0].amount_cents)
@@ -265,6 +279,8 @@ async def run_ticket(n: int, mode: str, client: Client, settings: Settings, supe
         watching: asyncio.Future | None = None
         if slot is not None:
             victim = supervisor.slots[slot]
+            if load is not None:
+                record.load_in_flight = load.now_in_flight()
             record.victim_pid, record.victim_exit = victim.pid, victim.returncode
             if marker.exists():
                 record.kill_at = marker.stat().st_mtime
@@ -362,8 +378,9 @@ def _check_world(record: KillRecord, world: World, task_id: str) -> None:
 
 
 async def run_mode(mode: str, kills: int, data_dir: Path, point: str = DEFAULT_POINT,
-                   say: Callable[[str], None] = print) -> ModeReport:
-    """`kills` tickets, each with one worker SIGKILLed at `point`, on a fresh stack in data_dir."""
+                   say: Callable[[str], None] = print, load: int = 0, load_orders: int = 0) -> ModeReport:
+    """`kills` tickets, each with one worker SIGKILLed at `point`, on a fresh stack in data_dir; with
+    `load`, that many other tickets in flight beside them (from `load_orders` seeded orders)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {MODES}")
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -372,7 +389,8 @@ async def run_mode(mode: str, kills: int, data_dir: Path, point: str = DEFAULT_P
     t0 = time.monotonic()
     stack = Stack.for_tests(data_dir)
     await asyncio.to_thread(stack.start)
-    supervisor = Supervisor(stack, {**worker_env(), "CRASH_AT": point, "CRASH_MARKER": str(marker)},
+    supervisor = Supervisor(stack, {**worker_env(), "CRASH_AT": point, "CRASH_MARKER": str(marker),
+                                    "CRASH_TASKS": MEASURED},
                             data_dir, 2 if mode == "survivor" else 1)
     records: list[KillRecord] = []
     try:
@@ -380,6 +398,9 @@ async def run_mode(mode: str, kills: int, data_dir: Path, point: str = DEFAULT_P
         db = Database(stack.agent_db)
         gateway = StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)
         await asyncio.to_thread(seed_scenarios, db, gateway, kills)
+        records_ = Records(db)
+        for n in range(FIRST, FIRST + (load_orders if load else 0)):
+            await asyncio.to_thread(seed_order, records_, gateway, batch_order(n))
         for _ in range(supervisor.count):
             await asyncio.to_thread(supervisor.start)
         settings = Settings(temporal_address=stack.address, task_queue=stack.task_queue,
@@ -387,19 +408,30 @@ async def run_mode(mode: str, kills: int, data_dir: Path, point: str = DEFAULT_P
                             agent_db_path=stack.agent_db)
         client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
         world = World(db, gateway)
-        say(f"[{mode}] {kills} tickets, {supervisor.count} worker(s), SIGKILL at {point}; {policy_figures()}")
+        background = Background(client, settings, load, load_orders) if load else None
+        if background is not None:
+            background.start()
+            async def loaded() -> bool:
+                return background.now_in_flight() >= load
+            await poll_until(loaded, f"{load} tickets in flight", 120.0, 0.1)
+        say(f"[{mode}] {kills} tickets, {supervisor.count} worker(s), SIGKILL at {point}"
+            f"{f', {load} other tickets in flight' if load else ''}; {policy_figures()}")
         for n in range(1, kills + 1):
-            record = await run_ticket(n, mode, client, settings, supervisor, marker, world)
+            record = await run_ticket(n, mode, client, settings, supervisor, marker, world, background)
             records.append(record)
             say(f"[{mode}] {n}/{kills} {record.ticket}: resumed after {record.resume_s} s (timed out after "
                 f"{record.timed_out_s} s, last heartbeat {record.heartbeat_age_s} s before the kill), "
                 f"next workflow task {record.workflow_task_s}, {record.state}"
+                + (f", {record.load_in_flight} other tickets in flight" if record.load_in_flight is not None else "")
                 + "".join(f"; {line}" for line in record.problems + record.notes))
+        if background is not None:
+            await background.finish(world)
         await asyncio.to_thread(supervisor.stop)
     finally:
         await asyncio.to_thread(stack.stop)
     return ModeReport(mode=mode, point=point, policies=policy_figures(), records=records,
-                      startup_s=supervisor.startups, seconds=time.monotonic() - t0, data_dir=str(data_dir))
+                      startup_s=supervisor.startups, seconds=time.monotonic() - t0, data_dir=str(data_dir),
+                      background=background.summary() if background is not None else {})
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -440,6 +472,13 @@ def table(reports: list[ModeReport]) -> str:
            row(f"goal: p50 <= {GOAL[0]:g} s and p99 <= {GOAL[1]:g} s", ["met" if s["goal_met"] else "NOT met"
                                                                          for s in sums]),
            row("wall time s", [f"{s['seconds']:.0f}" for s in sums])]
+    if any(s["background"] for s in sums):
+        out[3:3] = [row("other tickets in flight at each kill (--load): p50 / p99 / max",
+                        [_three(s["load_in_flight"]) for s in sums])]
+        out += [row("other tickets: started / end states", [f"{s['background']['started']} / "
+                                                            f"{s['background']['states']}" for s in sums]),
+                row("**other tickets not refunded exactly once or not ended** (must be 0)",
+                    [len(s["background"]["problems"]) for s in sums])]
     return "\n".join(out)
 
 
@@ -449,6 +488,10 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=[*MODES, "both"], default="both")
     parser.add_argument("--point", choices=POINTS, default=DEFAULT_POINT,
                         help="where the worker SIGKILLs itself (activities/faults.py crash points)")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="keep N other refund tickets in flight on the same workers the whole time")
+    parser.add_argument("--load-orders", type=int, default=None, metavar="M",
+                        help="orders seeded for them (default 6 x N); when they run out no more start")
     parser.add_argument("--json", action="store_true", help="print the summary and every kill as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the data folder (logs, databases)")
     args = parser.parse_args(argv)
@@ -459,7 +502,8 @@ async def main(argv: list[str] | None = None) -> int:
     reports: list[ModeReport] = []
     try:
         for mode in modes:
-            reports.append(await run_mode(mode, args.kills, root / mode, args.point, say))
+            reports.append(await run_mode(mode, args.kills, root / mode, args.point, say, args.load,
+                                          args.load_orders if args.load_orders is not None else 6 * args.load))
     finally:
         keep = args.keep or len(reports) < len(modes) or any(not r.world_ok for r in reports)
         if not keep:
@@ -468,12 +512,15 @@ async def main(argv: list[str] | None = None) -> int:
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
     print(file=out)
     print(f"Kill -> resume: {args.kills} refund tickets per mode, one at a time, each with a worker SIGKILLed "
-          f"at {args.point}; {policy_figures()}", file=out)
+          f"at {args.point}{f', {args.load} other tickets in flight' if args.load else ''}; {policy_figures()}",
+          file=out)
     print(table(reports), file=out)
     for r in reports:
         for k in r.records:
             for line in k.problems + k.notes:
                 print(f"  [{r.mode}] {k.ticket}: {line}", file=out)
+        for line in r.background.get("problems", [])[:20]:
+            print(f"  [{r.mode}] other ticket: {line}", file=out)
     if keep:
         print(f"data kept in {root}", file=out)
     print("refunded exactly once: " + ("yes" if ok else "NO"), file=out)
