@@ -4,9 +4,10 @@
 ends another starts, so the workers stay as busy as a 300-ticket load keeps them. The background
 tickets are generated batch tickets numbered from FIRST (their task ids never match the crash
 point's `CRASH_TASKS` prefix, so only the measured ticket's worker kills itself); each has its own
-paid order, seeded before the clock. When the seeded orders run out, no more start and the report
-says how many kills ran with fewer in flight. After the run every background ticket is awaited and
-the provider read: one refund of the item's price per order, or the ticket is listed.
+paid order, seeded before the clock. When the seeded orders run out, no more start, and the report
+shows how many were in flight at each kill (the median and the fewest). After the run every
+background ticket is awaited and the provider read: one refund of the item's price per order, or
+the ticket is listed.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ class Background:
         self._feeder = asyncio.ensure_future(self._feed())
 
     async def _feed(self) -> None:
+        try:
+            await self._keep_in_flight()
+        except Exception as err:  # the load stopped: the report says so rather than the run dying
+            self.problems.append(f"starting tickets stopped: {type(err).__name__}: {err}")
+
+    async def _keep_in_flight(self) -> None:
         room = asyncio.Semaphore(self.in_flight)
         while not self._stop.is_set() and self.started < self.orders:
             await room.acquire()
@@ -67,6 +74,8 @@ class Background:
         self._stop.set()
         if self._feeder is not None:
             self._feeder.cancel()
+        for running in list(self._running):  # their slots are no longer needed; finish awaits each anew
+            running.cancel()
         results = [asyncio.ensure_future(h.result()) for h in self._handles]
         if results:
             await asyncio.wait(results, timeout=SETTLE_TIMEOUT)
