@@ -216,6 +216,10 @@ async def test_scenario_with_a_fault_is_a_fresh_task_and_leaves_the_edge_as_foun
         assert "verified by provider lookup" in trail[0], trail  # the fault was injected into this run
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_an_interrupted_scenario_still_restores_the_edge(client: Client, settings: Settings, world: World,
                                                                worker_env: dict[str, str], edge: EdgeControl):
     """`unverifiable` leaves the task waiting for a person; Ctrl-C on the demo command puts the edge back."""
@@ -225,7 +229,10 @@ async def test_an_interrupted_scenario_still_restores_the_edge(client: Client, s
         proc = subprocess.Popen([sys.executable, "-m", "devstack", "scenario", "SU-88421", "--fault", "unverifiable",
                                  "--task-id", task_id], cwd=ROOT,
                                 env={**os.environ, **worker_env},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                # Ctrl-C as at a terminal: a suite started in the background (`make test &`)
+                                # ignores SIGINT, and a child would inherit that and never see the signal.
+                                preexec_fn=_interruptible)
         try:
             async def waits():
                 try:
