@@ -27,6 +27,7 @@ from infra.settings import Settings
 
 FIRST = 10001  # batch_order(FIRST) is B-10001: never under the measured tickets' prefix, ticket-B-0
 SETTLE_TIMEOUT = 300.0
+STARTERS = 16
 
 
 @dataclass
@@ -56,13 +57,20 @@ class Background:
             self.problems.append(f"starting tickets stopped: {type(err).__name__}: {err}")
 
     async def _keep_in_flight(self) -> None:
+        """STARTERS loops start tickets at once: a start waits for the worker's check of the ticket's
+        facts, and one loop alone would start fewer a second than the workers finish."""
         room = asyncio.Semaphore(self.in_flight)
+        await asyncio.gather(*(self._starter(room) for _ in range(STARTERS)))
+
+    async def _starter(self, room: asyncio.Semaphore) -> None:
         while not self._stop.is_set() and self.started < self.orders:
             await room.acquire()
-            if self._stop.is_set():
+            if self._stop.is_set() or self.started >= self.orders:
+                room.release()
                 break
-            handle = await start_task(self.client, self.settings, batch_ticket(FIRST + self.started))
+            n = FIRST + self.started
             self.started += 1
+            handle = await start_task(self.client, self.settings, batch_ticket(n))
             self._handles.append(handle)
             done = asyncio.ensure_future(handle.result())
             self._running.add(done)

@@ -411,9 +411,9 @@ async def run_mode(mode: str, kills: int, data_dir: Path, point: str = DEFAULT_P
         background = Background(client, settings, load, load_orders) if load else None
         if background is not None:
             background.start()
-            async def loaded() -> bool:
-                return background.now_in_flight() >= load
-            await poll_until(loaded, f"{load} tickets in flight", 120.0, 0.1)
+            async def loaded() -> bool:  # as many as the starts keep up with: the table shows the count
+                return background.started >= load or bool(background.problems)
+            await poll_until(loaded, f"{load} tickets started", 120.0, 0.1)
         say(f"[{mode}] {kills} tickets, {supervisor.count} worker(s), SIGKILL at {point}"
             f"{f', {load} other tickets in flight' if load else ''}; {policy_figures()}")
         for n in range(1, kills + 1):
