@@ -37,6 +37,7 @@ from infra import connection, telemetry
 from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.redact import install_log_redaction, redact
+from infra.sandbox import CompiledSandboxRunner
 from infra.schedules import ensure_reconcile_schedule
 from infra.settings import Settings, cores, load_settings
 from workflows import AgentTaskWorkflow, ReconcileWorkflow
@@ -184,7 +185,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         workflows=[extensions.workflow, ReconcileWorkflow],
         activities=[a for a in activities if activity_name(a) not in replaced] + list(extensions.replace),
         interceptors=[WorkerInterceptor()],
-        **worker_options(settings, **overrides),
+        **worker_options(settings, **{"workflow_runner": CompiledSandboxRunner(), **overrides}),
     )
 
 

@@ -13,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from infra.sandbox import CompiledSandboxRunner
 from workflows import AgentTaskWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -25,10 +26,13 @@ def load(path: Path) -> WorkflowHistory:
 
 
 def replayer(*workflows) -> Replayer:
-    return Replayer(workflows=list(workflows or [AgentTaskWorkflow]), data_converter=pydantic_data_converter)
+    # The worker's runner (infra/sandbox.py), so the corpus replays as production runs it.
+    return Replayer(workflows=list(workflows or [AgentTaskWorkflow]), data_converter=pydantic_data_converter,
+                    workflow_runner=CompiledSandboxRunner())
 
 
-@pytest.mark.parametrize("era", ["", "earlier/before-ask-after-reading/", "earlier/before-local-reads/",
+@pytest.mark.parametrize("era", ["", "earlier/before-one-marker/", "earlier/before-ask-after-reading/",
+                                 "earlier/before-local-reads/",
                                  "earlier/before-counted-rollover/",
                                  "earlier/before-local-policy/", "earlier/before-human-boundary/"])
 def test_the_corpus_covers_every_path(era: str):
@@ -36,7 +40,7 @@ def test_the_corpus_covers_every_path(era: str):
     assert names >= {"su-88421-happy", "refund-8841-happy", "inv-9-happy", "su-88421-timeout-after-accept",
                      "su-88421-unknown-resolved", "su-88421-approval-granted", "su-88421-approval-rejected",
                      "su-88421-dead-letter", "refund-8841-crash-resume", "long-run-continue-as-new"}
-    if era in ("", "earlier/before-ask-after-reading/", "earlier/before-local-reads/",
+    if era in ("", "earlier/before-one-marker/", "earlier/before-ask-after-reading/", "earlier/before-local-reads/",
                "earlier/before-counted-rollover/"):  # the paths the human boundary added
         assert names >= {"su-88421-refused-by-the-world", "su-88421-flooded-wait"}
 

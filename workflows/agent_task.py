@@ -135,12 +135,14 @@ class AgentTaskWorkflow:
         self._decision: ResolveInput | None = None
         self._verifying = 0
         self._unusable = 0
-        self._lean = workflow.patched(_LEAN)
-        self._boundary = workflow.patched(_BOUNDARY)
-        self._wait_attrs = workflow.patched(_WAIT_ATTRIBUTES)
-        self._quiet_rollover = workflow.patched(_QUIET_ROLLOVER)
+        # A run started since _ONE_MARKER has every change below it; only an older run asks for each.
+        self._current = workflow.patched(_ONE_MARKER)
+        self._lean = self._since(_LEAN)
+        self._boundary = self._since(_BOUNDARY)
+        self._wait_attrs = self._since(_WAIT_ATTRIBUTES)
+        self._quiet_rollover = self._since(_QUIET_ROLLOVER)
         self._rolling = False  # continuing as new: a decision arriving now is refused, not verified
-        self._counted_rollover = workflow.patched(_COUNTED_ROLLOVER)
+        self._counted_rollover = self._since(_COUNTED_ROLLOVER)
         # A waiting run's history as measured when the wait began, and what messages have added since.
         self._history_at_wait = (0, 0)
         self._messages = 0
@@ -166,6 +168,11 @@ class AgentTaskWorkflow:
             self._turn = carry.turn
             self._pending = list(carry.resume)
         self._updates = 0  # Updates received by this run: the server takes a bounded number per run
+
+    def _since(self, change: str) -> bool:
+        """Whether this run has `change`: every run started since _ONE_MARKER has it (and records no marker
+        of its own for it); an older run has it when its history holds that change's marker."""
+        return self._current or workflow.patched(change)
 
     @workflow.run
     async def run(self, task: TaskInput) -> TaskResult:
@@ -219,7 +226,7 @@ class AgentTaskWorkflow:
         except FailureError as err:
             # A local activity's last failure arrives as its own error (ApplicationError, TimeoutError, ...),
             # not wrapped in an ActivityError; runs recorded before this patch failed the workflow here.
-            if not workflow.patched(_POLICY_FAILURE):
+            if not self._since(_POLICY_FAILURE):
                 raise
             raise _Stop("dead_lettered", f"could not load the task's policy: {_cause(err)}") from None
         return narrow(policy, task)
@@ -410,7 +417,7 @@ class AgentTaskWorkflow:
             question = _Question(call.spec.name, call.arguments, call.decision_key, reason, detail)
             if self._boundary and call.key is not None and reason != "model_request":
                 not_done_settles = ran and reason in ("unknown_outcome", "attempts_exhausted")
-                if workflow.patched(_ASK_AFTER_READING) and not self._asked_already(question):
+                if self._since(_ASK_AFTER_READING) and not self._asked_already(question):
                     world, asked = await self._ask(task, call, question, not_done_settles)
                 else:
                     world = await self._read_world(task, call)
@@ -419,7 +426,7 @@ class AgentTaskWorkflow:
                     return settled
             watcher = None
             if world is not None and world.status == "unknown" and world.recheck_seconds \
-                    and workflow.patched(_RECHECK_WHILE_ASKED):
+                    and self._since(_RECHECK_WHILE_ASKED):
                 watcher = asyncio.ensure_future(self._recheck(task, call, world.recheck_seconds, not_done_settles))
             decision = await self._await_decision(question, world, answers_later=self._boundary, alerted=asked)
             if watcher is not None:  # (a wait that ends the run leaves it: the run's end drops its timer)
@@ -599,7 +606,7 @@ class AgentTaskWorkflow:
             start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
             summary=f"ledger: {decision.decision} {call.key} by {decision.decided_by}",
         )
-        if workflow.patched(_SETTLE_CHECKED) and verdict is not None and not verdict.applied:
+        if self._since(_SETTLE_CHECKED) and verdict is not None and not verdict.applied:
             self._log_decision("provider_check", "refused", verdict.why, decision=decision)
             return Refused(verdict.why or "")
         data = {"source": "human", "decided_by": decision.decided_by, "provider_ref": decision.provider_ref,
@@ -618,7 +625,7 @@ class AgentTaskWorkflow:
                             approval=call.approval, ceiling_cents=self._ceiling(task, call.spec))
         summary = activity_summary(call.spec.name, call.arguments, call.key)
         try:
-            if not call.spec.needs_key and workflow.patched(_LOCAL_READS):
+            if not call.spec.needs_key and self._since(_LOCAL_READS):
                 # A read changes nothing and takes milliseconds: it runs inside this workflow task, on this
                 # worker, with no activity task of its own (tool activities are registered under their name).
                 result: ToolResult = await workflow.execute_local_activity(
@@ -974,6 +981,11 @@ class AgentTaskWorkflow:
         workflow.set_current_details(current_details(self._checkpoint))
 
 
+# Since this change a new run records one patch marker, this one, and takes every change patched before it
+# without recording theirs (`_since`). Each marker costs two events, the marker and the TemporalChangeVersion
+# search attribute the SDK upserts beside it (a visibility write at the server): six of each per task before.
+# A later change gets its own marker as usual, until the next such fold.
+_ONE_MARKER = "one-marker-2026-12"
 # Since this change the task's policy is a local activity and search attributes are upserted only
 # when they change; older histories hold an activity for the policy and an upsert per state change.
 _LEAN = "policy-local-upsert-changes"

@@ -1,0 +1,55 @@
+"""The worker's sandbox runner (infra/sandbox.py) compiles the SDK's entry snippets once and keeps
+the sandbox: a workflow that reads the wall clock is still refused."""
+
+from __future__ import annotations
+
+import uuid
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from devstack.polling import poll_until
+from infra import sandbox
+from infra.sandbox import CompiledSandboxRunner
+from tests.sandbox_workflows import EchoWorkflow, ReadsTheClockWorkflow
+
+
+@activity.defn(name="sandbox_echo")
+async def sandbox_echo(text: str) -> str:
+    return text
+
+
+def _worker(client: Client, queue: str) -> Worker:
+    return Worker(client, task_queue=queue, workflows=[EchoWorkflow, ReadsTheClockWorkflow],
+                  activities=[sandbox_echo], workflow_runner=CompiledSandboxRunner(), max_cached_workflows=0)
+
+
+async def test_runs_compile_each_snippet_once(client: Client) -> None:
+    queue = f"sandbox-{uuid.uuid4().hex[:8]}"
+    sandbox._compiled.cache_clear()
+    async with _worker(client, queue):
+        for n in range(5):
+            text = f"run {n}"
+            assert await client.execute_workflow(EchoWorkflow.run, text, id=f"{queue}-{n}", task_queue=queue) == text
+    info = sandbox._compiled.cache_info()
+    # 5 runs, each several activations and payloads, replayed from scratch (no cache): a few snippets, compiled once each.
+    assert 0 < info.currsize <= 8
+    assert info.hits > 10 * info.misses
+
+
+async def test_the_sandbox_still_refuses_the_wall_clock(client: Client) -> None:
+    queue = f"sandbox-{uuid.uuid4().hex[:8]}"
+    async with _worker(client, queue):
+        handle = await client.start_workflow(ReadsTheClockWorkflow.run, id=f"{queue}-clock", task_queue=queue)
+
+        async def failed_task() -> str | None:
+            async for event in handle.fetch_history_events():
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                    return event.workflow_task_failed_event_attributes.failure.message
+            return None
+
+        message = await poll_until(failed_task, timeout=30, what="the workflow task to fail")
+        await handle.terminate("test over")
+    assert message.startswith("Cannot access datetime.datetime.now")
