@@ -34,15 +34,25 @@ class OperationsActivities:
 
     @activity.defn(name="raise_alert")
     async def raise_alert(self, alert: AlertInput) -> str:
-        """POST to the webhook when one is configured, else a structured log line; always a row."""
-        if self._url:
-            await self._post(self._url, alert)
-            delivered = "webhook"
-        else:
-            log.warning(json.dumps({"alert": alert.kind, "task_id": alert.task_id, "reason": alert.reason,
-                                    "intent_key": alert.intent_key, "summary": alert.summary}))
-            delivered = "log"
-        await asyncio.to_thread(self._store_alert, alert, delivered)
+        """POST to the webhook when one is configured, else a structured log line; always a row.
+
+        The row is written before the alert leaves, as `sending`, and says how it went after: an
+        attempt lost after its POST reached someone (the worker died) still leaves its row, so a
+        later attempt that finds the question settled knows whom to tell it is withdrawn
+        (activities/asking.py). A row left at `sending` or `failed` means "may have been seen"."""
+        await asyncio.to_thread(self._store_alert, alert, "sending")
+        try:
+            if self._url:
+                await self._post(self._url, alert)
+                delivered = "webhook"
+            else:
+                log.warning(json.dumps({"alert": alert.kind, "task_id": alert.task_id, "reason": alert.reason,
+                                        "intent_key": alert.intent_key, "summary": alert.summary}))
+                delivered = "log"
+        except AlertNotDelivered:
+            await asyncio.to_thread(self._mark_alert, alert.alert_key, "failed")
+            raise
+        await asyncio.to_thread(self._mark_alert, alert.alert_key, delivered)
         return delivered
 
     async def _post(self, url: str, alert: AlertInput) -> None:
@@ -67,6 +77,11 @@ class OperationsActivities:
                 " ON CONFLICT (alert_key) DO NOTHING",
                 {"key": alert.alert_key, "task": alert.task_id, "kind": alert.kind, "reason": alert.reason,
                  "intent": alert.intent_key, "summary": alert.summary, "delivered": delivered, "now": time.time()})
+
+    def _mark_alert(self, alert_key: str, delivered: str) -> None:
+        with self._db.connect() as conn:
+            conn.execute("UPDATE alerts SET delivered = :delivered WHERE alert_key = :key",
+                         {"key": alert_key, "delivered": delivered})
 
     def alert_stored(self, alert_key: str) -> bool:
         with self._db.connect() as conn:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -27,6 +28,7 @@ from activities.world import World
 from core.authority import Ceilings
 from core.models import SETTLED, AlertInput, AskAnswer, AskInput, Checkpoint, Outcome, ToolInput, ToolResult
 from devstack.edge_control import EdgeControl
+from devstack.processes import free_port
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
 from tests.approvers import signed
@@ -306,10 +308,7 @@ def test_a_question_delivered_by_a_lost_attempt_is_withdrawn_when_the_next_finds
     assert attempt(1).run(tools._issue_refund, call).outcome is Outcome.PERFORMED
 
     def ask(key: str) -> AskInput:
-        return AskInput(intent={"task_id": call.task_id, "tool": call.tool, "intent_key": call.intent_key,
-                                "arguments": call.arguments},
-                        alert=AlertInput(alert_key=key, task_id=call.task_id, kind="escalation",
-                                         reason="unknown_outcome", intent_key=call.intent_key, summary="asked"))
+        return _question(call, key)
 
     def kinds() -> list[tuple[str, str]]:
         with db.connect() as conn:
@@ -380,3 +379,55 @@ def test_a_request_past_its_send_by_time_never_reaches_the_provider(settings: Se
         gateway.refund(record.payment_intent_id, 100, "on-time-key", {"order_id": "SU-88421"})
     assert refunds_of(world, "SU-88421") == [100]
 
+
+
+def _question(call: ToolInput, key: str) -> AskInput:
+    return AskInput(intent={"task_id": call.task_id, "tool": call.tool, "intent_key": call.intent_key,
+                            "arguments": call.arguments},
+                    alert=AlertInput(alert_key=key, task_id=call.task_id, kind="escalation",
+                                     reason="unknown_outcome", intent_key=call.intent_key, summary="asked"))
+
+
+async def test_a_question_whose_worker_died_after_its_post_is_withdrawn(settings: Settings, world: World,
+                                                                       edge: EdgeControl):
+    """The lost attempt's POST reached the person's webhook, and its worker died before the webhook
+    answered. The alert's row was written before it left, so the retry, finding the refund at the
+    provider, tells the same webhook the question is withdrawn."""
+    received: list[dict] = []
+    first_in, release = asyncio.Event(), asyncio.Event()
+
+    async def alert(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        if len(received) == 1:
+            first_in.set()
+            await release.wait()  # no answer before the attempt is gone
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/alerts", alert)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        edge.configure("passthrough")
+        db = Database(settings.agent_db_path)
+        tools = ToolActivities(db, world.gateway, Ceilings(settings.approval_ceiling_cents), provider_terms(settings))
+        operations = OperationsActivities(db, f"http://127.0.0.1:{port}/alerts")
+        asking = AskingActivities(tools, operations, settings.unreadable_reads_before_asking)
+        call = ToolInput(task_id="ask-died", tool="issue_refund", intent_key="v1:issue_refund:ask-died",
+                         arguments={"order_id": "ORD-8841", "item_id": "kettle-01", "amount_cents": 4500,
+                                    "currency": "usd", "reason": "damaged"})
+        assert (await asyncio.to_thread(attempt(1).run, tools._issue_refund, call)).outcome is Outcome.PERFORMED
+
+        lost = asyncio.ensure_future(operations.raise_alert(_question(call, "q1").alert))
+        await asyncio.wait_for(first_in.wait(), timeout=30)
+        lost.cancel()  # the worker is gone: nothing after the POST runs
+        answer = await attempt(2).run(asking.ask_a_person, _question(call, "q1"))
+    finally:
+        release.set()
+        await runner.cleanup()
+    assert not answer.asked and answer.world.status == "performed"
+    assert [(b["alert_key"], b["kind"]) for b in received] == [("q1", "escalation"),
+                                                              ("q1:withdrawn", "escalation_withdrawn")]
+    assert [r["intent_key"] for r in world.refunds("ORD-8841")] == [call.intent_key]
