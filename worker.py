@@ -128,11 +128,12 @@ def worker_tuner(settings: Settings) -> WorkerTuner:
 
 def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
     """What every worker of ours gets (the bare side of devstack's comparisons too), `overrides` over it:
-    the settings' tuner unless the overrides size the slots themselves, the settings' sticky queue timeout,
-    and a graceful shutdown."""
+    the settings' tuner unless the overrides size the slots themselves, the settings' sticky queue timeout
+    and workflow cache, and a graceful shutdown."""
     sized = any(overrides.get(name) is not None for name in SLOT_OPTIONS)
     return {**({} if sized else {"tuner": worker_tuner(settings)}),
             "sticky_queue_schedule_to_start_timeout": timedelta(seconds=settings.worker_sticky_timeout_seconds),
+            "max_cached_workflows": settings.worker_cached_workflows,
             "graceful_shutdown_timeout": timedelta(seconds=5), **overrides}
 
 

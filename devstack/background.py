@@ -31,21 +31,33 @@ STARTERS = 16
 
 
 @dataclass
+class _Ticket:
+    """A background ticket that started: its order's number, and its result as it is awaited."""
+
+    n: int
+    handle: Any
+    result: asyncio.Future[Any]
+
+
+@dataclass
 class Background:
     client: Client
     settings: Settings
     in_flight: int
     orders: int  # seeded: batch orders FIRST .. FIRST + orders - 1
-    started: int = 0
+    taken: int = 0  # orders handed to a start, whether or not it started
     states: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
-    _running: set[asyncio.Future[Any]] = field(default_factory=set)
-    _handles: list[Any] = field(default_factory=list)
+    _tickets: list[_Ticket] = field(default_factory=list)
     _feeder: asyncio.Future[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
+    @property
+    def started(self) -> int:
+        return len(self._tickets)
+
     def now_in_flight(self) -> int:
-        return len(self._running)
+        return sum(not t.result.done() for t in self._tickets)
 
     def start(self) -> None:
         self._feeder = asyncio.ensure_future(self._feed())
@@ -63,18 +75,21 @@ class Background:
         await asyncio.gather(*(self._starter(room) for _ in range(STARTERS)))
 
     async def _starter(self, room: asyncio.Semaphore) -> None:
-        while not self._stop.is_set() and self.started < self.orders:
+        while not self._stop.is_set() and self.taken < self.orders:
             await room.acquire()
-            if self._stop.is_set() or self.started >= self.orders:
+            if self._stop.is_set() or self.taken >= self.orders:
                 room.release()
                 break
-            n = FIRST + self.started
-            self.started += 1
-            handle = await start_task(self.client, self.settings, batch_ticket(n))
-            self._handles.append(handle)
-            done = asyncio.ensure_future(handle.result())
-            self._running.add(done)
-            done.add_done_callback(lambda f: (self._running.discard(f), room.release()))
+            n = FIRST + self.taken
+            self.taken += 1
+            try:
+                handle = await start_task(self.client, self.settings, batch_ticket(n))
+            except BaseException:
+                room.release()
+                raise
+            result = asyncio.ensure_future(handle.result())
+            result.add_done_callback(lambda _: room.release())
+            self._tickets.append(_Ticket(n, handle, result))
 
     async def finish(self, world: World) -> None:
         """Stop starting, wait (up to SETTLE_TIMEOUT in all) for every ticket started, then check each
@@ -82,23 +97,22 @@ class Background:
         self._stop.set()
         if self._feeder is not None:
             self._feeder.cancel()
-        for running in list(self._running):  # their slots are no longer needed; finish awaits each anew
-            running.cancel()
-        results = [asyncio.ensure_future(h.result()) for h in self._handles]
-        if results:
-            await asyncio.wait(results, timeout=SETTLE_TIMEOUT)
-        for handle, result in zip(self._handles, results, strict=True):
-            if not result.done():
-                result.cancel()
+        pending = [t.result for t in self._tickets if not t.result.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=SETTLE_TIMEOUT)
+        for ticket in self._tickets:
+            if not ticket.result.done():
+                ticket.result.cancel()
                 self.states["not ended"] += 1
-                self.problems.append(f"{handle.id}: not ended within {SETTLE_TIMEOUT:.0f} s")
-            elif result.exception() is not None:
+                self.problems.append(f"{ticket.handle.id}: not ended within {SETTLE_TIMEOUT:.0f} s")
+            elif ticket.result.exception() is not None:
                 self.states["failed"] += 1
-                self.problems.append(f"{handle.id}: {type(result.exception()).__name__}: {result.exception()}")
+                self.problems.append(f"{ticket.handle.id}: {type(ticket.result.exception()).__name__}: "
+                                     f"{ticket.result.exception()}")
             else:
-                self.states[cast(TaskResult, result.result()).state] += 1
-        for n in range(FIRST, FIRST + self.started):
-            await asyncio.to_thread(self._check, world, n)
+                self.states[cast(TaskResult, ticket.result.result()).state] += 1
+        for ticket in self._tickets:
+            await asyncio.to_thread(self._check, world, ticket.n)
 
     def _check(self, world: World, n: int) -> None:
         order = batch_order(n)

@@ -90,6 +90,7 @@ GOAL = (2.0, 4.0)  # issue 15: kill -> the interrupted step running again, media
 TICKET_TIMEOUT = 120.0
 KILL_TIMEOUT = 60.0
 MEASURED = "ticket-B-0"  # the measured tickets' ids (batch_ticket(n), n < FIRST): CRASH_TASKS
+ORDERS_PER_KILL = 600  # background orders seeded per kill with --load (a load run stops starting when they run out)
 
 
 @dataclass
@@ -492,8 +493,8 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=int, default=0, metavar="N",
                         help="keep N other refund tickets in flight on the same workers the whole time")
     parser.add_argument("--load-orders", type=int, default=None, metavar="M",
-                        help="orders seeded for them (default 300 per kill: a kill's ticket takes about 15 s, "
-                             "and the workers finish 10-20 tickets a second); when they run out no more start")
+                        help=f"orders seeded for them (default {ORDERS_PER_KILL} per kill: 6,000 for 20 kills "
+                             "lasted 12 of them, about 500 per kill, on 2 cores); when they run out no more start")
     parser.add_argument("--json", action="store_true", help="print the summary and every kill as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the data folder (logs, databases)")
     args = parser.parse_args(argv)
@@ -502,10 +503,10 @@ async def main(argv: list[str] | None = None) -> int:
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
         (lambda line: print(line, flush=True))
     reports: list[ModeReport] = []
+    load_orders = args.load_orders if args.load_orders is not None else ORDERS_PER_KILL * args.kills
     try:
         for mode in modes:
-            reports.append(await run_mode(mode, args.kills, root / mode, args.point, say, args.load,
-                                          args.load_orders if args.load_orders is not None else 300 * args.kills))
+            reports.append(await run_mode(mode, args.kills, root / mode, args.point, say, args.load, load_orders))
     finally:
         keep = args.keep or len(reports) < len(modes) or any(not r.world_ok for r in reports)
         if not keep:

@@ -147,3 +147,11 @@ def test_the_slots_come_from_the_settings_unless_the_caller_sizes_them(monkeypat
     assert tuner._get_activities_max() == 4
     tuner._to_bridge_tuner()  # the SDK accepts it as it would at a worker's start
     assert "tuner" not in worker_options(configured, max_concurrent_activities=100)
+
+
+def test_the_workflow_cache_comes_from_the_settings(monkeypatch):
+    """WORKER_CACHED_WORKFLOWS reaches every worker of ours; unset, it holds more runs than the SDK's 1,000
+    (a week's 4,200 tickets in flight at once replayed their runs from history on every task)."""
+    assert worker_options(load_settings())["max_cached_workflows"] >= 4200
+    monkeypatch.setenv("WORKER_CACHED_WORKFLOWS", "7")
+    assert worker_options(load_settings())["max_cached_workflows"] == 7

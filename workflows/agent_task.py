@@ -14,7 +14,6 @@ import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -72,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyInput,
     )
     from core.tools import ToolSpec
+    from workflows._question import Question
     from workflows._render import JOURNAL_NOTE, activity_summary, current_details, trail_line
 
 ALLOWED: dict[EscalationReason, list[Decision]] = {
@@ -105,17 +105,6 @@ def _raw_payloads(handler: _Handler) -> _Handler:
     handler.__signature__ = inspect.Signature([*parameters, one])  # type: ignore[attr-defined]
     handler.__annotations__ = {"payload": RawValue, "return": handler.__annotations__.get("return")}
     return handler
-
-
-@dataclass(frozen=True)
-class _Question:
-    """What a person is asked: about which call (tool, arguments, decision key), why, and the detail."""
-
-    tool: str
-    arguments: dict[str, Any]
-    key: str
-    reason: EscalationReason
-    detail: str
 
 
 class _Stop(Exception):
@@ -262,7 +251,7 @@ class AgentTaskWorkflow:
             self._transcript = self._compact(self._transcript, task.window_messages)
             self._unusable = 0 if usable else self._unusable + 1
             if self._unusable >= task.max_unusable_replies:
-                await self._await_decision(_Question(
+                await self._await_decision(Question(
                     "model_turn", {}, f"model-output:{task.task_id}:turn-{turn}", "unusable_model_output",
                     f"{self._unusable} replies in a row with no usable tool call"))
                 self._unusable = 0
@@ -414,7 +403,7 @@ class AgentTaskWorkflow:
                 detail = result.message or result.reason or ""
                 self._record(call.step, result)
             world, asked = None, False
-            question = _Question(call.spec.name, call.arguments, call.decision_key, reason, detail)
+            question = Question(call.spec.name, call.arguments, call.decision_key, reason, detail)
             if self._boundary and call.key is not None and reason != "model_request":
                 not_done_settles = ran and reason in ("unknown_outcome", "attempts_exhausted")
                 if self._since(_ASK_AFTER_READING) and not self._asked_already(question):
@@ -470,7 +459,7 @@ class AgentTaskWorkflow:
             await workflow.sleep(max(1.0, view.until - workflow.now().timestamp() + 0.5))
         return view
 
-    async def _ask(self, task: TaskInput, call: GateCall, question: _Question,
+    async def _ask(self, task: TaskInput, call: GateCall, question: Question,
                    not_done_settles: bool) -> tuple[IntentView, bool]:
         """As `_read_world`, but the activity that reads also delivers the question's alert when what it
         read leaves the call open: nothing can settle between the read and the ask. Whether it asked."""
@@ -479,7 +468,7 @@ class AgentTaskWorkflow:
                 AskingActivities.ask_a_person,
                 AskInput(intent=_inspect_input(task, call),
                          alert=self._alert_input("escalation", question.reason, question.key,
-                                                 _alert_summary(question), self._checkpoint.escalations + 1),
+                                                 question.alert_summary(), self._checkpoint.escalations + 1),
                          not_done_settles=not_done_settles),
                 start_to_close_timeout=policies.OPS_START_TO_CLOSE, retry_policy=policies.OPS_POLICY,
                 summary=f"read the world, then ask: {call.spec.name} {call.key}"[:200])
@@ -513,7 +502,7 @@ class AgentTaskWorkflow:
             summary=f"{why}: {call.spec.name} {call.key}"[:200])
         return view
 
-    def _asked_already(self, question: _Question) -> bool:
+    def _asked_already(self, question: Question) -> bool:
         """The previous run continued as new while this question waited: it is not asked again."""
         earlier = self._checkpoint.waiting_for
         return earlier is not None and earlier.intent_key == question.key
@@ -648,7 +637,7 @@ class AgentTaskWorkflow:
 
     # --- humans --------------------------------------------------------------------------
 
-    async def _await_decision(self, question: _Question, world: IntentView | None = None,
+    async def _await_decision(self, question: Question, world: IntentView | None = None,
                               answers_later: bool = False, alerted: bool = False) -> ResolveInput | None:
         """Wait for an applied decision on the question's key. An abort ends the task here; so does the
         deadline. Unless the caller `answers_later` (it checks the decision against the world first),
@@ -677,7 +666,7 @@ class AgentTaskWorkflow:
             world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
         if not repeat and not alerted:
-            alert = self._alert("escalation", reason, key, _alert_summary(question))
+            alert = self._alert("escalation", reason, key, question.alert_summary())
             if self._boundary:  # the task waits (and can be decided) while the alert is delivered, retried on its own
                 self._alerts.append(asyncio.ensure_future(alert))
             else:
@@ -1070,10 +1059,6 @@ def _within_bytes(transcript: list[ChatMessage], limit: int) -> list[ChatMessage
 def _inspect_input(task: TaskInput, call: GateCall) -> InspectInput:
     return InspectInput(task_id=task.task_id, tool=call.spec.name, intent_key=cast(str, call.key),
                         arguments=call.arguments)
-
-
-def _alert_summary(question: _Question) -> str:
-    return f"{question.tool} waits for a human: {question.reason}: {question.detail[:500]}"
 
 
 def _cause(err: FailureError) -> str:
