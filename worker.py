@@ -30,6 +30,7 @@ from activities.operations import OperationsActivities
 from activities.reconcile import ReconcileActivities
 from activities.records import MessageLimits
 from activities.tools import tool_activities
+from core import policies
 from core.authority import Ceilings
 from core.names import SEARCH_ATTRIBUTES
 from core.tools import REGISTRY
@@ -126,6 +127,9 @@ def worker_tuner(settings: Settings) -> WorkerTuner:
         local_activity_config=ResourceBasedSlotConfig(minimum_slots=min(floor, local), maximum_slots=local))
 
 
+HEARTBEAT_FORWARD = 0.4  # of the heartbeat timeout: how often the core sends the latest heartbeat on
+
+
 def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
     """What every worker of ours gets (the bare side of devstack's comparisons too), `overrides` over it:
     the settings' tuner unless the overrides size the slots themselves, the settings' sticky queue timeout
@@ -134,6 +138,9 @@ def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
     return {**({} if sized else {"tuner": worker_tuner(settings)}),
             "sticky_queue_schedule_to_start_timeout": timedelta(seconds=settings.worker_sticky_timeout_seconds),
             "max_cached_workflows": settings.worker_cached_workflows,
+            # The SDK's core forwards an attempt's heartbeats at most every 0.8 x its timeout, which leaves a
+            # heartbeat 200 ms of a 1 s timeout to reach a busy server; every 0.4 x leaves it 600 ms.
+            "max_heartbeat_throttle_interval": policies.TOOL_HEARTBEAT * HEARTBEAT_FORWARD,
             "graceful_shutdown_timeout": timedelta(seconds=5), **overrides}
 
 

@@ -9,8 +9,8 @@ ahead of the beat. On a busy two-core machine that timed live attempts out by th
 So one daemon thread per worker process beats for every running attempt that declared a heartbeat
 timeout. Each beat goes straight to the SDK's Rust core (`record_activity_heartbeat` on the bridge
 worker, the call the SDK itself makes once a beat's details are encoded; ours carry none), which
-throttles them to one per 0.8 x the timeout and sends them from its own threads. Nothing on the way
-waits for the event loop; the thread needs the GIL for a few microseconds per beat, which a
+throttles them to one per 0.4 s (worker.py `HEARTBEAT_FORWARD`) and sends them from its own threads.
+Nothing on the way waits for the event loop; the thread needs the GIL for a few microseconds per beat, which a
 CPU-bound Python step gives up every 5 ms (`sys.getswitchinterval()`).
 
 When the SDK's core cannot be reached that way (a future SDK that moves it), a beat falls back to
@@ -40,7 +40,7 @@ log = logging.getLogger("agent.heartbeats")
 # A step that ends within 0.3 x the timeout (most do) sends no heartbeat, and a worker killed in one is
 # timed out exactly one timeout after the attempt started (core/policies.py, devstack/resume.py).
 FIRST_BEAT = 0.3
-# Then five beats per timeout: the core forwards the latest every 0.8 x the timeout, so one is always
+# Then five beats per timeout: the core forwards the latest every 0.4 x the timeout, so one is always
 # waiting to go.
 EVERY = 0.2
 
