@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
+from temporalio.api.enums.v1 import PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowHandle
 
 from client import start_task
@@ -41,7 +42,20 @@ async def finished(handle: WorkflowHandle, timeout: float = 240.0) -> TaskResult
     except TimeoutError:
         cp = await checkpoint(handle)
         raise AssertionError(f"{handle.id} still {cp.state} after {timeout:.0f} s, waiting for "
-                             f"{cp.waiting_for}") from None
+                             f"{cp.waiting_for}; {await pending(handle)}") from None
+
+
+async def pending(handle: WorkflowHandle) -> str:
+    """What the server says a task waits on: its pending activities and workflow task, with attempts and
+    the last failure (why a task that should have finished has not)."""
+    raw = (await handle.describe()).raw_description
+    parts = [f"{a.activity_type.name} attempt {a.attempt} {PendingActivityState.Name(a.state)}"
+             + (f" last failure: {a.last_failure.message[:200]}" if a.HasField("last_failure") else "")
+             for a in raw.pending_activities]
+    if raw.HasField("pending_workflow_task"):
+        task = raw.pending_workflow_task
+        parts.append(f"workflow task attempt {task.attempt} {PendingWorkflowTaskState.Name(task.state)}")
+    return "pending: " + ("; ".join(parts) or "nothing")
 
 
 wait_for = poll_until
