@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     # A run the worker keeps in memory between its workflow tasks; one evicted to make room is replayed
     # from its whole history (in a fresh sandbox) on its next task. More tasks in flight than this, and
     # every task turns into replays: a 4,200-ticket burst on the SDK's 1,000 ran at half the speed.
+    # Workflow activations are pure Python: however many threads run them, one holds the GIL at a time,
+    # and every extra thread is one more the event loop (activity starts, completions, polls) waits
+    # behind. The SDK's own pool, beside a tuner, has up to 500.
+    worker_workflow_threads: int | None = Field(default=None, ge=1, description="threads that run workflow"
+                                                " activations; unset: one per core")
     worker_cached_workflows: int = Field(default=5000, ge=0, description="workflow runs kept in memory"
                                          " between their tasks (about 200 KB each); 0: replay every task")
 

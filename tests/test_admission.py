@@ -9,6 +9,7 @@ made by a CPU-bound step that holds it for several heartbeat timeouts.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -147,6 +148,34 @@ def test_the_slots_come_from_the_settings_unless_the_caller_sizes_them(monkeypat
     assert tuner._get_activities_max() == 4
     tuner._to_bridge_tuner()  # the SDK accepts it as it would at a worker's start
     assert "tuner" not in worker_options(configured, max_concurrent_activities=100)
+
+
+# Names of the threads the Busy workflow's activations ran on (test bookkeeping, outside workflow logic).
+ACTIVATION_THREADS: set[str] = set()
+
+
+@workflow.defn(name="Busy", sandboxed=False)
+class Busy:
+    @workflow.run
+    async def run(self, seconds: float) -> int:
+        ACTIVATION_THREADS.add(threading.current_thread().name)
+        return await hold_the_loop(seconds)  # pure Python in the activation, as a heavy workflow task is
+
+
+async def test_workflow_activations_share_the_settings_few_threads(client: Client, settings: Settings):
+    """20 CPU-bound activations at once on 16 workflow slots run on WORKER_WORKFLOW_THREADS threads, not
+    one thread each: every extra thread is one more the event loop waits behind for the GIL (activity
+    starts and completions, heartbeats that fall back to the loop). The SDK's own pool beside a tuner
+    grows to 500."""
+    ACTIVATION_THREADS.clear()
+    queue = f"busy-{uuid.uuid4().hex[:8]}"
+    two = settings.model_copy(update={"worker_workflow_slots": 16, "worker_workflow_threads": 2})
+    async with Worker(client, task_queue=queue, workflows=[Busy], **worker_options(two)):
+        handles = [await client.start_workflow(Busy.run, 0.05, id=f"{queue}-{n}", task_queue=queue)
+                   for n in range(20)]
+        assert await asyncio.gather(*(h.result() for h in handles))
+    assert ACTIVATION_THREADS and len(ACTIVATION_THREADS) <= 2, ACTIVATION_THREADS
+    assert all(name.startswith("workflow-task") for name in ACTIVATION_THREADS), ACTIVATION_THREADS
 
 
 def test_the_workflow_cache_comes_from_the_settings(monkeypatch):
