@@ -14,6 +14,10 @@ From a history:
 - a workflow task timed out (`WorkflowTaskTimedOut`) is counted beside them, by timeout:
   start-to-close (a worker took it and did not answer in time) or schedule-to-start (nobody took
   it from a worker's sticky queue within 2 s, so it went to the shared queue);
+- a workflow task failed (`WorkflowTaskFailed`) is counted by its failure's first words: with no bug in
+  the workflow, what fails one is the SDK's deadlock timer (`[TMPRL1101] Potential deadlock`), which runs
+  from the moment an activation is handed to the worker's workflow threads, so also while it waits for
+  one of them;
 - an escalation is an upsert that sets `AgentEscalation` (workflows/agent_task.py `_set_state`), by
   its value: `unknown_outcome`, `approval_required`, `attempts_exhausted`, `dead_letter`...
 
@@ -55,6 +59,7 @@ class Attempts:
     retries: Counter[str] = field(default_factory=Counter)  # cause -> retries
     timeouts: Counter[str] = field(default_factory=Counter)  # "heartbeat timeout" -> attempts timed out
     workflow_task_timeouts: Counter[str] = field(default_factory=Counter)  # "schedule-to-start timeout" -> count
+    workflow_task_failures: Counter[str] = field(default_factory=Counter)  # "[TMPRL1101] Potential deadlock" -> count
     escalations: Counter[str] = field(default_factory=Counter)  # reason -> escalations
     worker_saw: int = 0  # attempts the worker saw timed out while it ran them (WorkerNotices)
 
@@ -78,6 +83,9 @@ class Attempts:
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 kind = event.workflow_task_timed_out_event_attributes.timeout_type
                 self.workflow_task_timeouts[_timeout_name(kind)] += 1
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                failure = event.workflow_task_failed_event_attributes.failure
+                self.workflow_task_failures[failure.message.split(":")[0][:60] or "unknown"] += 1
             elif event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
                 fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
                 if ESCALATION_ATTR.name in fields:
@@ -98,16 +106,19 @@ class Attempts:
     def __add__(self, other: Attempts) -> Attempts:
         return Attempts(self.tasks + other.tasks, self.activities + other.activities, self.retries + other.retries,
                         self.timeouts + other.timeouts, self.workflow_task_timeouts + other.workflow_task_timeouts,
+                        self.workflow_task_failures + other.workflow_task_failures,
                         self.escalations + other.escalations, self.worker_saw + other.worker_saw)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Attempts:
         return cls(data["tasks"], data["activities"], Counter(data["retries"]), Counter(data["timeouts"]),
-                   Counter(data["workflow_task_timeouts"]), Counter(data["escalations"]), data["worker_saw"])
+                   Counter(data["workflow_task_timeouts"]), Counter(data["workflow_task_failures"]),
+                   Counter(data["escalations"]), data["worker_saw"])
 
     def as_dict(self) -> dict[str, Any]:
         return {"tasks": self.tasks, "activities": self.activities, "retries": dict(self.retries),
                 "timeouts": dict(self.timeouts), "workflow_task_timeouts": dict(self.workflow_task_timeouts),
+                "workflow_task_failures": dict(self.workflow_task_failures),
                 "escalations": dict(self.escalations), "worker_saw": self.worker_saw,
                 "live_timed_out": self.live_timed_out}
 
@@ -125,6 +136,7 @@ def rows(sides: dict[str, Attempts]) -> list[str]:
             row("activity retries, by cause of the failed attempt", (cell(a.retries) for a in parts)),
             row("workflow tasks timed out, by timeout (schedule-to-start: a sticky queue's, the task went to the"
                 " shared queue)", (cell(a.workflow_task_timeouts) for a in parts)),
+            row("workflow tasks failed, by failure", (cell(a.workflow_task_failures) for a in parts)),
             row("escalations to a person, by cause", (cell(a.escalations) for a in parts))]
 
 

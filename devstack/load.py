@@ -329,9 +329,12 @@ def honest(result: dict[str, Any]) -> dict[str, attempts.Attempts]:
 
 
 def dishonest(result: dict[str, Any]) -> list[str]:
-    """Why the run fails: attempts timed out while alive, escalations where no fault was injected."""
+    """Why the run fails: attempts timed out while alive, workflow tasks failed, escalations where no fault
+    was injected."""
     return [f"{side}: {why}" for side, tally in honest(result).items()
             for why in ([f"{tally.live_timed_out} live attempt(s) timed out"] if tally.live_timed_out else [])
+            + ([f"workflow tasks failed {dict(tally.workflow_task_failures)}"] if tally.workflow_task_failures
+               else [])
             + ([f"escalated {dict(tally.escalations)} with no fault injected"] if tally.escalations else [])]
 
 

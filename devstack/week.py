@@ -301,10 +301,13 @@ def report(r: dict[str, Any]) -> str:
 
 
 def dishonest(r: dict[str, Any]) -> list[str]:
-    """Attempts timed out while alive (either side), tasks handed to a person that had no reason to be."""
+    """Attempts timed out while alive and workflow tasks failed (either side), tasks handed to a person that
+    had no reason to be."""
     sides = {side: attempts.Attempts.from_dict(tally) for side, tally in r["honesty"].items()}
     return ([f"{side}: {tally.live_timed_out} live attempt(s) timed out" for side, tally in sides.items()
              if tally.live_timed_out]
+            + [f"{side}: workflow tasks failed {dict(tally.workflow_task_failures)}" for side, tally in sides.items()
+               if tally.workflow_task_failures]
             + [f"{kind} tickets escalated: {causes}" for kind, causes in r["escalations_by_kind"].items()
                if kind not in MAY_ESCALATE])
 
