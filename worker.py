@@ -7,10 +7,8 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
 import stripe
@@ -129,25 +127,18 @@ def worker_tuner(settings: Settings) -> WorkerTuner:
         local_activity_config=ResourceBasedSlotConfig(minimum_slots=min(floor, local), maximum_slots=local))
 
 
-@cache
-def workflow_threads(count: int) -> ThreadPoolExecutor:
-    """One pool per size for the whole process, as the GIL it shares; the SDK never shuts a pool it is
-    given down, so each is made once and lives as long as the process."""
-    return ThreadPoolExecutor(max_workers=count, thread_name_prefix="workflow-task")
-
-
 HEARTBEAT_FORWARD = 0.4  # of the heartbeat timeout: how often the core sends the latest heartbeat on
 
 
 def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
     """What every worker of ours gets (the bare side of devstack's comparisons too), `overrides` over it:
     the settings' tuner unless the overrides size the slots themselves, the settings' sticky queue timeout
-    and workflow cache, the process's pool of workflow threads, and a graceful shutdown."""
+    and workflow cache, and a graceful shutdown. The SDK runs each workflow activation on a thread of its
+    own pool, one per activation at once, so never more than the workflow slots."""
     sized = any(overrides.get(name) is not None for name in SLOT_OPTIONS)
     return {**({} if sized else {"tuner": worker_tuner(settings)}),
             "sticky_queue_schedule_to_start_timeout": timedelta(seconds=settings.worker_sticky_timeout_seconds),
             "max_cached_workflows": settings.worker_cached_workflows,
-            "workflow_task_executor": workflow_threads(settings.worker_workflow_threads or cores()),
             # The SDK's core forwards an attempt's heartbeats at most every 0.8 x its timeout, which leaves a
             # heartbeat 200 ms of a 1 s timeout to reach a busy server; every 0.4 x leaves it 600 ms.
             "max_heartbeat_throttle_interval": policies.TOOL_HEARTBEAT * HEARTBEAT_FORWARD,

@@ -79,8 +79,12 @@ class Settings(BaseSettings):
                                                        " at WORKER_TARGET_CPU")
     worker_activity_slots: int | None = Field(default=None, ge=1, description="activity attempts running at"
                                               " once; unset: 8 per core")
-    worker_workflow_slots: int | None = Field(default=None, ge=2, description="workflow tasks at once; unset:"
-                                              " 8 per core")
+    # The SDK runs each workflow activation on a thread of its own, one per slot in use (its 2 s deadlock
+    # timer counts a wait for a thread too, so none waits). Activations are pure Python and share one GIL:
+    # more slots than a few per core add threads the event loop (activity starts, completions, polls)
+    # waits behind, not speed.
+    worker_workflow_slots: int | None = Field(default=None, ge=2, description="workflow tasks at once, each on"
+                                              " its own thread; unset: 2 per core")
     worker_local_activity_slots: int | None = Field(default=None, ge=1, description="local activities at"
                                                     " once; unset: 8 per core")
     worker_target_cpu: float = Field(default=0.8, gt=0, le=1, description="resource tuner: the machine's CPU"
@@ -95,11 +99,6 @@ class Settings(BaseSettings):
     # A run the worker keeps in memory between its workflow tasks; one evicted to make room is replayed
     # from its whole history (in a fresh sandbox) on its next task. More tasks in flight than this, and
     # every task turns into replays: a 4,200-ticket burst on the SDK's 1,000 ran at half the speed.
-    # Workflow activations are pure Python: however many threads run them, one holds the GIL at a time,
-    # and every extra thread is one more the event loop (activity starts, completions, polls) waits
-    # behind. The SDK's own pool, beside a tuner, has up to 500.
-    worker_workflow_threads: int | None = Field(default=None, ge=1, description="threads that run workflow"
-                                                " activations; unset: one per core")
     worker_cached_workflows: int = Field(default=5000, ge=0, description="workflow runs kept in memory"
                                          " between their tasks (about 200 KB each); 0: replay every task")
 
@@ -131,9 +130,10 @@ class Settings(BaseSettings):
 
     @property
     def slots(self) -> tuple[int, int, int]:
-        """Workflow, activity and local activity slots: as set, else 8 per core this process may use."""
+        """Workflow, activity and local activity slots: as set, else 2 (workflow tasks) or 8 per core this
+        process may use."""
         per_core = 8 * cores()
-        return (self.worker_workflow_slots or per_core, self.worker_activity_slots or per_core,
+        return (self.worker_workflow_slots or 2 * cores(), self.worker_activity_slots or per_core,
                 self.worker_local_activity_slots or per_core)
 
     @property

@@ -45,6 +45,17 @@ async def finished(handle: WorkflowHandle, timeout: float = 240.0) -> TaskResult
                              f"{cp.waiting_for}; {await pending(handle)}") from None
 
 
+async def all_finished(handles: Sequence[WorkflowHandle], timeout: float = 240.0) -> list[TaskResult]:
+    """`finished` of each; the first that fails cancels the waits of the others (a bare gather leaves them
+    running past the test)."""
+    waits = [asyncio.ensure_future(finished(h, timeout)) for h in handles]
+    try:
+        return list(await asyncio.gather(*waits))
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 async def pending(handle: WorkflowHandle) -> str:
     """What the server says a task waits on: its pending activities and workflow task, with attempts and
     the last failure (why a task that should have finished has not)."""

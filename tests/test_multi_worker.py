@@ -16,7 +16,7 @@ from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
-from tests.helpers import finished, start, unique
+from tests.helpers import all_finished, start, unique
 
 TICKETS = 8
 
@@ -33,7 +33,7 @@ async def test_two_workers_share_the_queue_and_survive_one_being_killed(
     try:
         handles = [await start(client, settings, task) for task in tasks]
         assert await asyncio.to_thread(doomed.process.wait, 60) == -signal.SIGKILL
-        results = await asyncio.gather(*(finished(h, 120) for h in handles))
+        results = await all_finished(handles, 120)
     except AssertionError:
         for log in ("doomed.log", "steady.log"):  # shown with the failure: what each worker said last
             print(f"--- {log}", *(tmp_path / log).read_text().splitlines()[-40:], sep="\n")
