@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -45,6 +46,7 @@ class _Inbound(ActivityInboundInterceptor):
         error it raises leaves redacted, cause chain included (infra/redact.py): whatever an HTTP
         client quoted (a URL's path and query, a key) never reaches the history or the worker's log."""
         info = activity.info()
+        reached = datetime.now(UTC)  # the server started the attempt at info.started_time; its timers run from then
         crash_point(f"{info.activity_type}:start")
         beat = self._beat(info)
         try:
@@ -63,8 +65,12 @@ class _Inbound(ActivityInboundInterceptor):
             details = activity.cancellation_details()
             if details is not None and (details.timed_out or details.not_found):
                 # The server timed this attempt out while it ran: the retry has it (devstack/attempts.py counts these).
-                log.warning("attempt timed out while running: %s %s attempt %d", info.workflow_id,
-                            info.activity_type, info.attempt)
+                # How late the attempt reached this code says whether the worker was slow to begin it
+                # (its event loop busy) or was slow while it ran.
+                log.warning("attempt timed out while running: %s %s attempt %d (reached the worker %.2f s after"
+                            " the server started it, ran %.2f s)", info.workflow_id, info.activity_type,
+                            info.attempt, (reached - info.started_time).total_seconds(),
+                            (datetime.now(UTC) - reached).total_seconds())
             raise
         finally:
             if beat is not None:
