@@ -36,6 +36,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
@@ -204,7 +205,9 @@ class WorkerNotices(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
+        self.saw(record.getMessage())
+
+    def saw(self, text: str) -> None:
         if REFUSED_COMPLETION in text.lower() or TIMED_OUT_WHILE_RUNNING in text:
             self.count += 1
             if len(self.lines) < 5:
@@ -214,6 +217,19 @@ class WorkerNotices(logging.Handler):
         """The count since the last call."""
         count, self.count = self.count, 0
         return count
+
+
+def seen_in_log(path: Path) -> WorkerNotices:
+    """The same count from the log file of a worker that ran in a process of its own (`python worker.py`
+    writes a JSON object per line, infra/telemetry.py)."""
+    notices = WorkerNotices()
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            entry = line  # a line that is not ours (a crash's traceback)
+        notices.saw(entry.get("message", "") if isinstance(entry, dict) else str(entry))
+    return notices
 
 
 CORE_LOGGER = "temporal_core"

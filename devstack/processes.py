@@ -453,7 +453,7 @@ class CodecServer(ManagedProcess):
 
 
 class WorkerProcess(ManagedProcess):
-    """`python worker.py` from the project root; ready when it logs `worker ready`.
+    """`python worker.py` (or `python -m <module>`) from the project root; ready when it logs `worker ready`.
 
     `env` is laid over this process's environment. Output is unbuffered so the
     ready line reaches the log file as soon as it is printed.
@@ -463,13 +463,15 @@ class WorkerProcess(ManagedProcess):
     default_timeout = 60.0
     ready_marker = b"worker ready"
 
-    def __init__(self, env: Mapping[str, str], log_file: Path | str, script: Path | str = "worker.py") -> None:
+    def __init__(self, env: Mapping[str, str], log_file: Path | str, script: Path | str = "worker.py",
+                 module: str | None = None) -> None:
         super().__init__(log_file)
         self.env = dict(env)
         self.script = PROJECT_ROOT / script
+        self.module = module
 
     def command(self) -> list[str]:
-        return [sys.executable, str(self.script)]
+        return [sys.executable, "-m", self.module] if self.module else [sys.executable, str(self.script)]
 
     def cwd(self) -> Path:
         return PROJECT_ROOT
@@ -481,7 +483,7 @@ class WorkerProcess(ManagedProcess):
         return env
 
     def start(self) -> None:
-        if not self.script.is_file():
+        if self.module is None and not self.script.is_file():
             raise ConfigError(f"{self.script} does not exist")
         super().start()
 

@@ -195,12 +195,13 @@ class Stack:
             self.stop()
             raise
 
-    def start_worker(self, log_file: Path | str | None = None,
-                     extra_env: dict[str, str] | None = None) -> WorkerProcess:
-        """Start one more worker against this stack and wait for its ready line."""
+    def start_worker(self, log_file: Path | str | None = None, extra_env: dict[str, str] | None = None,
+                     module: str | None = None) -> WorkerProcess:
+        """Start one more worker against this stack (`python worker.py`, or `python -m module`) and wait
+        for its ready line."""
         if log_file is None:
             log_file = self.log_file("worker" if not self.workers else f"worker-{len(self.workers) + 1}")
-        worker = WorkerProcess({**self.env(), **(extra_env or {})}, log_file)
+        worker = WorkerProcess({**self.env(), **(extra_env or {})}, log_file, module=module)
         worker.detached = self.detached
         worker.start()
         self.workers.append(worker)

@@ -3,7 +3,8 @@
     python -m devstack.week [--tickets 4200] [--seed 1] [--fault-rate 0.03] [--json]
 
 On a fresh local stack (Temporal dev server, localstripe behind the Stripe edge in dedupe mode) with
-one worker from `worker.build_worker` in this process:
+one worker, `python worker.py` in a process of its own, as a deployment runs it (this process only
+starts the tickets and reads the world):
 
 - plain: a one-item order, refunded in full (about 76%);
 - multi-item: a three-item order, one ticket refunding two of its items (10%);
@@ -18,13 +19,14 @@ for a human. Then the world is read: the provider's refunds per order against it
 per intent key, and the ledger's rows. Exit 1 when anything was paid twice or a task was lost.
 
 Beside it, unless `--no-bare`: bare Temporal's week on the same server, as many tasks of seven no-op
-activities each (a plain ticket's model turns and tool calls, as `devstack.load`'s bare side), started
-the same way, timed from the first start to the last completion. Both clocks read settled tasks from
-a visibility count every 2 s, so each figure may be up to 2 s late.
+activities each (a plain ticket's model turns and tool calls, as `devstack.load`'s bare side) on
+`python -m devstack.bare_worker` (every worker option of ours), started the same way, timed from the
+first start to the last completion. Both clocks read settled tasks from a visibility count every
+2 s, so each figure may be up to 2 s late.
 
 Honesty, read from every task's history of both sides afterwards (devstack/attempts.py): attempts the
 server timed out while the worker ran them (no worker is killed here, so every timeout is of a live
-attempt; the worker's own log lines count them too), activity retries by cause, and escalations to a
+attempt; each worker's log file counts them too), activity retries by cause, and escalations to a
 person by cause and by ticket kind. Exit 1 also when a live attempt was timed out, or a ticket other
 than an over-the-ceiling one or a second ticket (which may race its earlier refund by design) was
 handed to a person.
@@ -60,13 +62,11 @@ from core.names import STATUS_ATTR
 from devstack import attempts
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
-from devstack.load import bare_worker
 from devstack.polling import poll_until
 from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.exit import run_main
 from infra.settings import Settings
-from worker import build_worker
 
 QUEUE, BARE_QUEUE = "week", "week-bare"
 BARE_STEPS = 7  # a plain ticket: four model turns, three tool calls
@@ -176,8 +176,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="week-") as tmp, Stack.for_tests(Path(tmp)) as stack:
         settings = Settings(temporal_address=stack.address, task_queue=QUEUE, stripe_api_base=stack.stripe_url,
-                            stripe_api_key=STRIPE_API_KEY, agent_db_path=Path(tmp) / "agent.db",
+                            stripe_api_key=STRIPE_API_KEY, agent_db_path=stack.agent_db,
                             stripe_timeout_seconds=CLIENT_TIMEOUT, stripe_processing_window_seconds=WINDOW)
+        worker_env = {"TASK_QUEUE": QUEUE, "STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT),
+                      "STRIPE_PROCESSING_WINDOW_SECONDS": str(WINDOW), "RECONCILE_EVERY_MINUTES": "0"}
         week = plan(args.tickets, rng, settings.approval_ceiling_cents)
         Database(settings.database).create()
         started = time.perf_counter()
@@ -185,36 +187,37 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"seeded {len(week.orders)} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
         edge = EdgeControl(stack.stripe_url)
         edge.configure("dedupe", fault_rules(args.fault_rate))
-        client = await Client.connect(stack.address, data_converter=pydantic_data_converter,
-                                      runtime=attempts.forwarding_runtime())
-        notices = attempts.WorkerNotices()
-        attempts.watching(notices)
+        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
         sem = asyncio.Semaphore(50)
 
         async def start(ticket: Ticket) -> WorkflowHandle:
             async with sem:
                 return await start_task(client, settings, ticket.task)
 
-        async with build_worker(client, settings):
+        worker = stack.start_worker(stack.log_file("worker"), worker_env)
+        try:
             started = time.perf_counter()
             await asyncio.gather(*(start(t) for t in week.tickets))
             results = await settle(client, len(week.tickets), started, args.deadline)
             elapsed = time.perf_counter() - started
-        harness_saw = notices.taken()
+        finally:
+            worker.stop()
         faults = {k.removeprefix("fault:"): v for k, v in edge.stats().items()
                   if k.startswith("fault:") and k.count(":") == 1}
         edge.configure("dedupe", [])
         world = judge(World(Database(settings.database), StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)),
                       week, results)
-        bare = None if args.no_bare else await bare_week(client, settings, len(week.tickets), args.deadline)
+        bare = None if args.no_bare else await bare_week(client, stack, worker_env, len(week.tickets),
+                                                         args.deadline)
         by_kind = {kind: await attempts.read(client, [t.task.task_id for t in week.tickets if t.kind == kind])
                    for kind in dict.fromkeys(t.kind for t in week.tickets)}
         honesty = {"harness": sum(by_kind.values(), attempts.Attempts()),
                    **({} if args.no_bare else {"bare": await attempts.read(
                        client, [f"week-bare-{n:05d}" for n in range(len(week.tickets))])})}
-        honesty["harness"].worker_saw = harness_saw
-        if "bare" in honesty:
-            honesty["bare"].worker_saw = notices.taken()
+        logs = {"harness": stack.log_file("worker"), "bare": stack.log_file("bare-worker")}
+        seen = {side: attempts.seen_in_log(logs[side]) for side in honesty}
+        for side, tally in honesty.items():
+            tally.worker_saw = seen[side].count
     kinds = Counter(t.kind for t in week.tickets)
     return {"tickets": len(week.tickets), "orders": len(week.orders), "seconds": elapsed,
             "tasks_per_s": len(week.tickets) / elapsed, "kinds": dict(kinds), "faults": faults,
@@ -226,12 +229,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "escalations_by_kind": {kind: dict(tally.escalations) for kind, tally in by_kind.items()
                                     if tally.escalations},
-            "notices": notices.lines}
+            "notices": [line for side in seen.values() for line in side.lines]}
 
 
-async def bare_week(client: Client, settings: Settings, count: int, deadline: float) -> float:
+async def bare_week(client: Client, stack: Stack, worker_env: dict[str, str], count: int, deadline: float) -> float:
     """Seconds for `count` bare tasks of BARE_STEPS no-op activities, started 50 at a time as the
-    tickets are, on a worker with build_worker's options; NaN when they did not all complete."""
+    tickets are, on a bare worker process with our worker options; NaN when they did not all complete."""
     sem = asyncio.Semaphore(50)
 
     async def start(n: int) -> None:
@@ -243,7 +246,9 @@ async def bare_week(client: Client, settings: Settings, count: int, deadline: fl
         done = f'TaskQueue = "{BARE_QUEUE}" AND ExecutionStatus = "Completed"'
         return (await client.count_workflows(done)).count >= count
 
-    async with bare_worker(client, BARE_QUEUE, settings):
+    worker = stack.start_worker(stack.log_file("bare-worker"), {**worker_env, "TASK_QUEUE": BARE_QUEUE},
+                                module="devstack.bare_worker")
+    try:
         started = time.perf_counter()
         await asyncio.gather(*(start(n) for n in range(count)))
         try:  # as settle(): a visibility count every 2 s
@@ -252,6 +257,8 @@ async def bare_week(client: Client, settings: Settings, count: int, deadline: fl
         except TimeoutError:
             return math.nan
         return time.perf_counter() - started
+    finally:
+        worker.stop()
 
 
 SETTLED = ("completed", "dead_lettered", "cancelled", "awaiting_human")

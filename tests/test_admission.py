@@ -9,6 +9,7 @@ made by a CPU-bound step that holds it for several heartbeat timeouts.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY
 from infra.settings import Settings, cores, load_settings
+from infra.telemetry import JsonFormatter
 from tests.helpers import start, unique
 from worker import build_worker, worker_options
 
@@ -185,3 +187,27 @@ def test_the_workflow_cache_comes_from_the_settings(monkeypatch):
     assert worker_options(load_settings())["max_cached_workflows"] >= 4200
     monkeypatch.setenv("WORKER_CACHED_WORKFLOWS", "7")
     assert worker_options(load_settings())["max_cached_workflows"] == 7
+
+
+def test_a_worker_process_log_counts_the_attempts_it_saw_timed_out(tmp_path):
+    """`make week` runs its workers as processes of their own and counts, from their JSON log lines, the
+    attempts each saw timed out while it ran them: the interceptor's line and the core's refused completion."""
+    log_file = tmp_path / "worker.log"
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("test.worker-log")
+    logger.addHandler(handler)
+    try:
+        logger.warning("attempt timed out while running: %s %s attempt %d (reached the worker %.2f s after the"
+                       " server started it, ran %.2f s)", "week-1", "issue_refund", 1, 1.2, 0.1)
+        logger.warning("Activity not found on completion. This may happen if the activity has already been"
+                       " cancelled but completed anyway.")
+        logger.warning("tool issue_refund performed")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    with log_file.open("a") as f:
+        f.write("Traceback (most recent call last):\n")
+    seen = attempts.seen_in_log(log_file)
+    assert seen.count == 2, seen.lines
+    assert seen.lines[0].startswith("attempt timed out while running: week-1 issue_refund attempt 1")
