@@ -61,6 +61,7 @@ class Beat:
         self._pump, self.send, self.every, self.name = pump, send, every, name
         self.live = True
         self.sent = 0
+        self.first_sent: float | None = None  # time.monotonic() of the first beat handed to the core
 
     def stop(self) -> None:
         """No beat of this attempt is sent once this returns (a beat after the completion would reach a
@@ -117,6 +118,8 @@ class HeartbeatPump:
         try:
             beat.send()
             beat.sent += 1
+            if beat.first_sent is None:
+                beat.first_sent = time.monotonic()
         except Exception as err:  # the core refused it: the attempt is gone; its own completion says so
             log.warning("heartbeat of %s not recorded: %s", beat.name, err)
             beat.live = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,9 +69,9 @@ class _Inbound(ActivityInboundInterceptor):
                 # How late the attempt reached this code says whether the worker was slow to begin it
                 # (its event loop busy) or was slow while it ran.
                 log.warning("attempt timed out while running: %s %s attempt %d (reached the worker %.2f s after"
-                            " the server started it, ran %.2f s)", info.workflow_id, info.activity_type,
+                            " the server started it, ran %.2f s; %s)", info.workflow_id, info.activity_type,
                             info.attempt, (reached - info.started_time).total_seconds(),
-                            (datetime.now(UTC) - reached).total_seconds())
+                            (datetime.now(UTC) - reached).total_seconds(), _beats(beat, reached))
             raise
         finally:
             if beat is not None:
@@ -89,6 +90,16 @@ class _Inbound(ActivityInboundInterceptor):
         send = core_sender(self._outbound, info.task_token) or _through_loop(self._outbound)
         return PUMP.start(send, info.heartbeat_timeout.total_seconds(), info.started_time,
                           f"{info.workflow_id}/{info.activity_type}#{info.attempt}")
+
+
+def _beats(beat: Beat | None, reached: datetime) -> str:
+    """What the pump sent for an attempt, for the line above: whether liveness left this process in time."""
+    if beat is None:
+        return "no heartbeat timeout"
+    if beat.first_sent is None:
+        return "the pump sent no beat"
+    first = beat.first_sent - time.monotonic() + (datetime.now(UTC) - reached).total_seconds()
+    return f"the pump sent {beat.sent} beats, the first {first:.2f} s after it reached the worker"
 
 
 def _through_loop(outbound: ActivityOutboundInterceptor) -> Send:
