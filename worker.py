@@ -216,6 +216,7 @@ def check_provider(settings: Settings) -> None:
 async def main() -> None:
     settings = load_settings()
     telemetry.setup_logging()
+    telemetry.watch_gc_pauses()
     try:
         model = model_backend(settings)
     except ModelConfigError as err:

@@ -25,6 +25,7 @@ log = logging.getLogger("worker")
 async def main() -> None:
     settings = load_settings()
     telemetry.setup_logging()
+    telemetry.watch_gc_pauses()
     client = await connect(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

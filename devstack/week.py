@@ -39,6 +39,7 @@ import asyncio
 import json
 import math
 import random
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -216,6 +217,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                        client, [f"week-bare-{n:05d}" for n in range(len(week.tickets))])})}
         logs = {"harness": stack.log_file("worker"), "bare": stack.log_file("bare-worker")}
         seen = {side: attempts.seen_in_log(logs[side]) for side in honesty}
+        if args.logs:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            for path in logs.values():
+                if path.exists():
+                    shutil.copy(path, args.logs / path.name)
         for side, tally in honesty.items():
             tally.worker_saw = seen[side].count
     kinds = Counter(t.kind for t in week.tickets)
@@ -341,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after the first start at which a task not yet settled counts as lost")
     parser.add_argument("--no-bare", action="store_true", help="skip bare Temporal's week beside it")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--logs", type=Path, help="keep both workers' log files in this folder")
     args = parser.parse_args(argv)
     result = asyncio.run(run(args))
     print()

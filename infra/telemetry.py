@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 from temporalio.client import Interceptor
@@ -59,6 +61,25 @@ def setup_logging(level: str = "INFO") -> None:
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.captureWarnings(True)
+
+
+# A collection that holds the GIL this long stops every thread of the worker, the heartbeat pump's too.
+GC_PAUSE_SAID = 0.2
+
+
+def watch_gc_pauses(longer_than: float = GC_PAUSE_SAID) -> None:
+    """Log each garbage collection that held the process longer than `longer_than` seconds: nothing else
+    of the worker runs meanwhile (heartbeats, activity starts), so a long one can time live attempts out."""
+    began: list[float] = []
+    log = logging.getLogger("worker.gc")
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[:] = [time.perf_counter()]
+        elif began and (held := time.perf_counter() - began[0]) > longer_than:
+            log.warning("garbage collection held the worker %.2f s (generation %d, %d objects freed)", held,
+                        info["generation"], info["collected"])
+    gc.callbacks.append(watch)
 
 
 def runtime(metrics_port: int) -> Runtime:
