@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from core.names import ESCALATION_ATTR
 # worker was still running".
 REFUSED_COMPLETION = "not found on completion"
 TIMED_OUT_WHILE_RUNNING = "attempt timed out while running"
+GC_PAUSE = re.compile(r"garbage collection held the worker ([0-9.]+) s")
 NOT_KEPT = "earlier attempts (cause not kept in the history)"
 
 
@@ -203,11 +205,14 @@ class WorkerNotices(logging.Handler):
         super().__init__(logging.WARNING)
         self.count = 0
         self.lines: list[str] = []
+        self.gc_pauses: list[float] = []  # seconds, from a worker's log (infra/telemetry.py watch_gc_pauses)
 
     def emit(self, record: logging.LogRecord) -> None:
         self.saw(record.getMessage())
 
     def saw(self, text: str) -> None:
+        if pause := GC_PAUSE.search(text):
+            self.gc_pauses.append(float(pause.group(1)))
         if REFUSED_COMPLETION in text.lower() or TIMED_OUT_WHILE_RUNNING in text:
             self.count += 1
             if len(self.lines) < 5:

@@ -52,10 +52,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
+from activities.heartbeats import FIRST_BEAT
 from activities.payments import StripeGateway
 from activities.records import Records
 from activities.world import World
 from client import start_task
+from core import policies
 from core.domain import Item, Order
 from core.kinds import TaskKind
 from core.models import TaskInput
@@ -68,6 +70,7 @@ from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.exit import run_main
 from infra.settings import Settings
+from infra.telemetry import GC_PAUSE_SAID
 
 QUEUE, BARE_QUEUE = "week", "week-bare"
 BARE_STEPS = 7  # a plain ticket: four model turns, three tool calls
@@ -235,7 +238,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "escalations_by_kind": {kind: dict(tally.escalations) for kind, tally in by_kind.items()
                                     if tally.escalations},
-            "notices": [line for side in seen.values() for line in side.lines]}
+            "notices": [line for side in seen.values() for line in side.lines],
+            "gc_pauses": {side: notices.gc_pauses for side, notices in seen.items()}}
 
 
 async def bare_week(client: Client, stack: Stack, worker_env: dict[str, str], count: int, deadline: float) -> float:
@@ -307,6 +311,12 @@ def report(r: dict[str, Any]) -> str:
               f"|---|{'---|' * len(sides)}", *attempts.rows(sides)]
     lines += [f"| escalations, {kind} tickets | {', '.join(f'{k} {v}' for k, v in causes.items())} |"
               for kind, causes in r["escalations_by_kind"].items()]
+    # A pause longer than this leaves an attempt started just before it no beat in time (heartbeats.py).
+    fatal = policies.TOOL_HEARTBEAT.total_seconds() * (1 - FIRST_BEAT)
+    pauses = [r["gc_pauses"][side] for side in sides]
+    lines += [f"| garbage collections that held the worker over {GC_PAUSE_SAID} s: count, longest, over {fatal:.1f} s"
+              " | " + " | ".join(f"{len(p)}, {max(p, default=0):.2f} s, {sum(x > fatal for x in p)}" for p in pauses)
+              + " |"]
     if r["notices"]:
         lines += ["", "The worker's first lines about attempts timed out while running:", "",
                   *(f"    {line}" for line in r["notices"])]

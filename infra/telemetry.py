@@ -17,6 +17,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Interceptor
@@ -67,7 +68,7 @@ def setup_logging(level: str = "INFO") -> None:
 GC_PAUSE_SAID = 0.2
 
 
-def watch_gc_pauses(longer_than: float = GC_PAUSE_SAID) -> None:
+def watch_gc_pauses(longer_than: float = GC_PAUSE_SAID) -> Callable[[str, dict[str, int]], None]:
     """Log each garbage collection that held the process longer than `longer_than` seconds: nothing else
     of the worker runs meanwhile (heartbeats, activity starts), so a long one can time live attempts out."""
     began: list[float] = []
@@ -80,6 +81,7 @@ def watch_gc_pauses(longer_than: float = GC_PAUSE_SAID) -> None:
             log.warning("garbage collection held the worker %.2f s (generation %d, %d objects freed)", held,
                         info["generation"], info["collected"])
     gc.callbacks.append(watch)
+    return watch
 
 
 def runtime(metrics_port: int) -> Runtime:

@@ -9,6 +9,7 @@ made by a CPU-bound step that holds it for several heartbeat timeouts.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -31,7 +32,7 @@ from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY
 from infra.settings import Settings, cores, load_settings
-from infra.telemetry import JsonFormatter
+from infra.telemetry import JsonFormatter, watch_gc_pauses
 from tests.helpers import start, unique
 from worker import build_worker, worker_options
 
@@ -197,17 +198,23 @@ def test_a_worker_process_log_counts_the_attempts_it_saw_timed_out(tmp_path):
     handler.setFormatter(JsonFormatter())
     logger = logging.getLogger("test.worker-log")
     logger.addHandler(handler)
+    logging.getLogger("worker.gc").addHandler(handler)
+    watch = watch_gc_pauses(0.0)  # every collection is said
     try:
+        gc.collect()
         logger.warning("attempt timed out while running: %s %s attempt %d (reached the worker %.2f s after the"
                        " server started it, ran %.2f s)", "week-1", "issue_refund", 1, 1.2, 0.1)
         logger.warning("Activity not found on completion. This may happen if the activity has already been"
                        " cancelled but completed anyway.")
         logger.warning("tool issue_refund performed")
     finally:
+        gc.callbacks.remove(watch)
         logger.removeHandler(handler)
+        logging.getLogger("worker.gc").removeHandler(handler)
         handler.close()
     with log_file.open("a") as f:
         f.write("Traceback (most recent call last):\n")
     seen = attempts.seen_in_log(log_file)
     assert seen.count == 2, seen.lines
+    assert seen.gc_pauses and all(p >= 0 for p in seen.gc_pauses), seen.gc_pauses
     assert seen.lines[0].startswith("attempt timed out while running: week-1 issue_refund attempt 1")
