@@ -1,6 +1,6 @@
 """A Sundry week: 4,200 generated refund tickets of a realistic mix, started at once, timed.
 
-    python -m devstack.week [--tickets 4200] [--seed 1] [--fault-rate 0.03] [--json]
+    python -m devstack.week [--tickets 4200] [--seed 1] [--fault-rate 0.03] [--json] [--logs DIR]
 
 On a fresh local stack (Temporal dev server, localstripe behind the Stripe edge in dedupe mode) with
 one worker, `python worker.py` in a process of its own, as a deployment runs it (this process only
