@@ -25,6 +25,7 @@ from activities.authority import AuthorityActivities, Deployment, public_key_fro
 from activities.effects import ProviderTerms
 from activities.facts import FactActivities
 from activities.interceptors import WorkerInterceptor
+from activities.liveness import Keeper, keeper_at, keeper_for
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
 from activities.reconcile import ReconcileActivities
@@ -127,6 +128,7 @@ def worker_tuner(settings: Settings) -> WorkerTuner:
         local_activity_config=ResourceBasedSlotConfig(minimum_slots=min(floor, local), maximum_slots=local))
 
 
+KEEPER_READY_SECONDS = 15
 HEARTBEAT_FORWARD = 0.4  # of the heartbeat timeout: how often the core sends the latest heartbeat on
 
 
@@ -193,7 +195,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
         task_queue=task_queue or settings.task_queue,
         workflows=[extensions.workflow, ReconcileWorkflow],
         activities=[a for a in activities if activity_name(a) not in replaced] + list(extensions.replace),
-        interceptors=[WorkerInterceptor()],
+        interceptors=[WorkerInterceptor(keeper_for(client) if settings.worker_liveness_keeper else None)],
         **worker_options(settings, **{"workflow_runner": CompiledSandboxRunner(), **overrides}),
     )
 
@@ -213,10 +215,22 @@ def check_provider(settings: Settings) -> None:
         fail(f"cannot reach the payment provider at {settings.stripe_api_base}: {type(err).__name__}")
 
 
+def start_keeper(settings: Settings) -> Keeper | None:
+    """The liveness keeper, started first: it connects while the worker does the rest of its start."""
+    if not settings.worker_liveness_keeper:
+        return None
+    try:
+        options = connection.connect_options(settings)
+    except ValueError:
+        return None  # connect() says what is wrong with the configuration
+    return keeper_at(options["target_host"], options["namespace"])
+
+
 async def main() -> None:
     settings = load_settings()
     telemetry.setup_logging()
     telemetry.watch_gc_pauses()
+    keeper = start_keeper(settings)
     try:
         model = model_backend(settings)
     except ModelConfigError as err:
@@ -229,6 +243,9 @@ async def main() -> None:
         every = timedelta(minutes=settings.reconcile_every_minutes)
         await ensure_reconcile_schedule(client, settings.task_queue, every)
     worker = build_worker(client, settings, backend=model)
+    if keeper is not None and not await asyncio.to_thread(keeper.wait_ready, KEEPER_READY_SECONDS):
+        log.warning(f"the liveness keeper (pid {keeper.pid}) did not connect within {KEEPER_READY_SECONDS} s:"
+                    " until it does, a long pause of this process can time its attempts out")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

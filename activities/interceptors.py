@@ -21,6 +21,7 @@ from temporalio.worker import (
 
 from activities.faults import crash_point
 from activities.heartbeats import PUMP, Beat, Send, core_sender
+from activities.liveness import Keeper
 from core.models import ToolResult
 from infra.redact import redacted_error
 
@@ -30,12 +31,22 @@ _FALLBACK_SAID: list[bool] = []
 
 
 class WorkerInterceptor(Interceptor):
+    """`keeper`: the liveness keeper (activities/liveness.py) that vouches for this worker's attempts from a
+    process of its own; without one, the heartbeat pump alone keeps them alive."""
+
+    def __init__(self, keeper: Keeper | None = None) -> None:
+        self.keeper = keeper
+
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _Inbound(next)
+        return _Inbound(next, self.keeper)
 
 
 class _Inbound(ActivityInboundInterceptor):
     _outbound: ActivityOutboundInterceptor | None = None
+
+    def __init__(self, next: ActivityInboundInterceptor, keeper: Keeper | None) -> None:
+        super().__init__(next)
+        self._keeper = keeper
 
     def init(self, outbound: ActivityOutboundInterceptor) -> None:
         self._outbound = outbound
@@ -50,6 +61,9 @@ class _Inbound(ActivityInboundInterceptor):
         reached = datetime.now(UTC)  # the server started the attempt at info.started_time; its timers run from then
         crash_point(f"{info.activity_type}:start")
         beat = self._beat(info)
+        keeper = self._keeper if beat is not None else None
+        if keeper is not None and info.heartbeat_timeout:
+            keeper.vouch(info.task_token, info.heartbeat_timeout.total_seconds(), info.started_time)
         try:
             result = await self.next.execute_activity(input)
         except Exception as err:
@@ -76,6 +90,8 @@ class _Inbound(ActivityInboundInterceptor):
         finally:
             if beat is not None:
                 beat.stop()
+            if keeper is not None:
+                keeper.release(info.task_token)
         crash_point(f"{info.activity_type}:end")
         if isinstance(result, ToolResult):
             _record(info, result)

@@ -76,13 +76,13 @@ class Attempts:
                 started = event.activity_task_started_event_attributes
                 self.activities += 1
                 if started.attempt > 1:
-                    cause = _cause(started.last_failure)
+                    cause = cause_of(started.last_failure)
                     self.retries[cause] += 1
                     self.retries[NOT_KEPT] += started.attempt - 2
                     if cause.endswith("timeout"):
                         self.timeouts[cause] += 1
             elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
-                self.timeouts[_cause(event.activity_task_timed_out_event_attributes.failure)] += 1
+                self.timeouts[cause_of(event.activity_task_timed_out_event_attributes.failure)] += 1
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 kind = event.workflow_task_timed_out_event_attributes.timeout_type
                 self.workflow_task_timeouts[_timeout_name(kind)] += 1
@@ -143,7 +143,7 @@ def rows(sides: dict[str, Attempts]) -> list[str]:
             row("escalations to a person, by cause", (cell(a.escalations) for a in parts))]
 
 
-def _cause(failure: Failure) -> str:
+def cause_of(failure: Failure) -> str:
     """A failure's cause in a few words: `heartbeat timeout`, `start-to-close timeout`, an error's type."""
     if failure.HasField("timeout_failure_info"):
         return _timeout_name(failure.timeout_failure_info.timeout_type)
@@ -152,7 +152,7 @@ def _cause(failure: Failure) -> str:
     if failure.HasField("canceled_failure_info"):
         return "cancelled"
     if failure.HasField("cause"):
-        return _cause(failure.cause)
+        return cause_of(failure.cause)
     return failure.message[:60] or "unknown"
 
 

@@ -77,7 +77,8 @@ this machine, so they share the killer's wall clock). Each kill records the vict
 the pid in a worker's identity (`pid@host`) and in its sticky queue's name (`pid@host-<uuid>`):
 
 - an activity whose `ActivityTaskStarted` has attempt > 1 and whose `last_failure` is a
-  heartbeat or start-to-close timeout was interrupted by a dead worker; the event's time is when
+  heartbeat or start-to-close timeout, or `WorkerLost` (the liveness keeper failed it when its worker's
+  process ended: activities/liveness.py), was interrupted by a dead worker; the event's time is when
   its final attempt started on a live worker (checked: it is the last attempt's start, not the
   first's). Its kill is the one between the activity's `ActivityTaskScheduled` and that start on
   the worker that completed the workflow task scheduling it (eager dispatch runs it there), else
@@ -119,16 +120,19 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.db import Database
+from activities.liveness import WORKER_LOST
 from activities.payments import StripeGateway
 from client import start_task
 from core.models import Checkpoint, TaskInput, TaskResult, ToolInput, ToolResult
 from core.names import STATUS_ATTR
+from devstack.attempts import cause_of
 from devstack.chaos_faults import KINDS, Kill, Killer, Outages, drop_database, run_database
 from devstack.judge import Ticket, Verdict, judge, wait_until_quiet
 from devstack.judge import table as judge_table
@@ -393,6 +397,15 @@ def _explains(kill: Kill, at: float) -> bool:
     return kill.at <= at and (not kill.paused_for or at <= kill.at + kill.paused_for + PAUSE_REACH)
 
 
+def _interrupted(failure: Failure) -> bool:
+    """An attempt's end that a dead or paused worker explains: the server timed it out (heartbeat,
+    start-to-close), or the liveness keeper failed it when its worker's process ended."""
+    if failure.HasField("application_failure_info"):
+        return failure.application_failure_info.type == WORKER_LOST
+    return failure.HasField("timeout_failure_info") and failure.timeout_failure_info.timeout_type in (
+        TimeoutType.TIMEOUT_TYPE_HEARTBEAT, TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE)
+
+
 def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[tuple[str, float]]]:
     """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and
     (description, time) of each timeout that no kill explains. `kills` may hold pauses too: a step
@@ -404,10 +417,7 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = event.activity_task_started_event_attributes
             failure = attrs.last_failure
-            if attrs.attempt <= 1 or not failure.HasField("timeout_failure_info"):
-                continue
-            if failure.timeout_failure_info.timeout_type not in (TimeoutType.TIMEOUT_TYPE_HEARTBEAT,
-                                                                 TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE):
+            if attrs.attempt <= 1 or not _interrupted(failure):
                 continue
             scheduled = by_id.get(attrs.scheduled_event_id)
             lo = _ts(scheduled) if scheduled else 0.0
@@ -419,8 +429,7 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
             kill = next((k for k in candidates if k.pid == pid), candidates[0] if candidates else None)
             if kill is None:
                 name = scheduled.activity_task_scheduled_event_attributes.activity_type.name if scheduled else "?"
-                unattributed.append((f"activity {name} {TimeoutType.Name(failure.timeout_failure_info.timeout_type)}",
-                                     _ts(event)))
+                unattributed.append((f"activity {name} {cause_of(failure)}", _ts(event)))
             else:
                 found.append(("paused" if kill.paused_for else "activity", kill.at, _ts(event) - kill.at))
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:

@@ -22,13 +22,14 @@ ticket, and while it exists no worker crashes. Then, one ticket at a time (`batc
 Kill -> resume is measured on the server's clock (the server runs on this machine, so it shares the
 marker's clock): from the kill to the start of the interrupted activity's next attempt, read from
 the history by the chaos run's rule (`devstack.chaos.resumptions`: the started event of an attempt
-> 1 whose last failure is a heartbeat or start-to-close timeout, explained by the kill). A history
+> 1 whose last failure is a heartbeat or start-to-close timeout, or the liveness keeper's `WorkerLost`,
+explained by the kill). A history
 holds only an activity's final attempt's start, so the crash points offered are those whose retry
 finishes the step: `start` (nothing done yet) and `after_provider` (the default: the provider has
 accepted the refund and nothing recorded it, where a careless retry pays twice). The parts of the
 figure come from the pending activity, polled with `describe` while the step waits: the dead
-attempt's last heartbeat, and when the server timed it out (the retry's schedule time less its
-interval); the rest is the retry interval and the dispatch to a polling worker. The table also
+attempt's last heartbeat, and when the server timed it out or the keeper failed it (the retry's
+schedule time less its interval); the rest is the retry interval and the dispatch to a polling worker. The table also
 gives what the kill costs the workflow task after the step (it waits on the dead worker's sticky
 queue for the sticky schedule-to-start timeout), by the same rule, separately.
 

@@ -9,6 +9,7 @@ made by a CPU-bound step that holds it for several heartbeat timeouts.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import threading
@@ -25,6 +26,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.db import Database
 from activities.interceptors import WorkerInterceptor
+from activities.liveness import keeper_for
 from activities.payments import StripeGateway
 from activities.world import World
 from devstack import attempts
@@ -55,6 +57,14 @@ async def beat_then_hold_the_loop(seconds: float) -> int:
     before holding it, as the interceptor's asyncio task did."""
     activity.heartbeat()
     return await hold_the_loop(seconds)
+
+
+@activity.defn(name="hold_the_loop")
+async def hold_the_gil(seconds: float) -> int:
+    """Holds the GIL, as a full garbage collection of a big heap does: no thread of the process runs, the
+    pump's neither (libc's sleep called without releasing the GIL)."""
+    ctypes.PyDLL(None).sleep(int(seconds))
+    return 0
 
 
 @workflow.defn(name="HoldTheLoop", sandboxed=False)
@@ -90,6 +100,24 @@ async def test_the_pump_keeps_an_attempt_alive_while_its_event_loop_is_blocked(c
 async def test_without_the_pump_the_same_blocked_loop_times_the_attempt_out(client: Client):
     """The control: the hold is long enough to time out an attempt whose beats wait for the loop."""
     outcome, tally = await _hold(client, [], beat_then_hold_the_loop)
+    assert outcome.startswith("failed"), outcome
+    assert tally.timeouts == {"heartbeat timeout": 1}, tally.as_dict()
+
+
+async def test_the_keeper_keeps_an_attempt_alive_while_the_worker_holds_the_gil(client: Client):
+    """A pause of the whole process (a long garbage collection) stops the pump too; the keeper, a process
+    of its own, beats for the attempt meanwhile."""
+    keeper = keeper_for(client)
+    assert await asyncio.to_thread(keeper.wait_ready, 60), "the liveness keeper did not connect"
+    outcome, tally = await _hold(client, [WorkerInterceptor(keeper)], hold_the_gil)
+    assert outcome == "completed"
+    assert tally.activities == 1 and not tally.retries, tally.as_dict()
+    assert not tally.timeouts, tally.as_dict()
+
+
+async def test_without_the_keeper_the_same_held_gil_times_the_attempt_out(client: Client):
+    """The control: the pump alone cannot beat while the GIL is held."""
+    outcome, tally = await _hold(client, [WorkerInterceptor()], hold_the_gil)
     assert outcome.startswith("failed"), outcome
     assert tally.timeouts == {"heartbeat timeout": 1}, tally.as_dict()
 

@@ -9,12 +9,14 @@ import signal
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
+from activities.liveness import WORKER_LOST
 from activities.world import World
+from devstack.attempts import cause_of
 from devstack.stack import Stack
 from infra.settings import Settings
-from tests.helpers import scenario_task, start
+from tests.helpers import scenario_task, start, wait_for
 
 CRASH_POINTS = [
     "model_turn:start",
@@ -27,6 +29,10 @@ CRASH_POINTS = [
     "notify_customer:after_send",
     "notify_customer:end",
 ]
+
+# Points inside an attempt the liveness keeper holds (activities/liveness.py): when the worker dies there,
+# the keeper fails the attempt at once and its retry says why; elsewhere the server times it out.
+HELD_BY_THE_KEEPER = {"issue_refund:before_provider", "issue_refund:after_provider", "notify_customer:after_send"}
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
@@ -41,6 +47,9 @@ async def test_worker_killed_at_each_step_resumes_without_a_second_effect(
     code = await asyncio.to_thread(crashing.process.wait, 60)
     assert code == -signal.SIGKILL, f"worker did not crash at {point}: exit {code}"
     assert (tmp_path / "crashed").read_text() == point
+    if point in HELD_BY_THE_KEEPER:
+        assert await wait_for(lambda: _retried_because(handle, point.split(":")[0]),
+                              f"a retry of {point}") == WORKER_LOST
 
     fresh = stack.start_worker(tmp_path / "fresh.log", worker_env)
     try:
@@ -57,3 +66,11 @@ async def test_worker_killed_at_each_step_resumes_without_a_second_effect(
     assert effects["issue_refund"]["provider_ref"] == refunds[0]["id"]
     assert [m["recipient"] for m in world.messages(task.task_id)] == ["tom.brennan@example.com"]
     assert world.records.confirmation(task.task_id, "ORD-8841") is not None
+
+
+async def _retried_because(handle: WorkflowHandle, activity_type: str) -> str | None:
+    """Why the server retries the pending activity (the last failure of its attempt before), once it has."""
+    for pending in (await handle.describe()).raw_description.pending_activities:
+        if pending.activity_type.name == activity_type and pending.attempt > 1:
+            return cause_of(pending.last_failure)
+    return None

@@ -1,0 +1,303 @@
+"""The liveness keeper: a process of its own that vouches for the worker's running attempts.
+
+The heartbeat pump (activities/heartbeats.py) beats from a thread of the worker, so a busy event loop
+does not stop it; but nothing of a Python process runs while one thread holds the GIL. A full garbage
+collection does: in a 4,200-ticket week the worker's grew to 0.94-1.64 s as its cache filled, longer
+than the 0.7 s a beat has in a 1 s heartbeat timeout, and every attempt that began just before one was
+timed out while it ran (docs/figures.md). A longer timeout would trade that for a slower resume.
+
+So the worker starts a keeper (`python -m activities.liveness`) and tells it, over the keeper's stdin,
+each attempt that declares a heartbeat timeout when it begins and when it ends. The keeper has its own
+GIL and its own connection to Temporal, and beats for every attempt it holds, by task token, on the
+pump's schedule, as long as the worker process runs:
+
+- while the worker is stopped (SIGSTOP, a debugger: `/proc/<pid>/stat` says `T`) it sends nothing, so
+  a paused worker's attempts time out as they always did and a retry takes over (the late waker is
+  fenced in activities/effects.py);
+- when the worker process ends (its end of the pipe closes: a crash, an OOM kill, a SIGKILL) the keeper
+  fails each attempt it still holds at once with a retryable `WorkerLost`, instead of leaving the server
+  to notice a missing heartbeat a timeout later, then exits. The retry verifies before it acts, as
+  after any timeout (activities/effects.py).
+
+When the keeper is lost with the worker (the whole pod or process group killed), the server times the
+attempts out as before. An attempt the keeper refused or never heard of still has the pump. The keeper
+never vouches for an attempt the server no longer knows (its beat comes back not found and it forgets
+it), and cancellation still reaches the attempt through the pump's beats, which the SDK's core sends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
+from temporalio.api.workflowservice.v1 import (
+    RecordActivityTaskHeartbeatRequest,
+    RespondActivityTaskFailedRequest,
+)
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.heartbeats import FIRST_BEAT
+
+log = logging.getLogger("agent.liveness")
+
+# The failure an attempt gets when its worker process ended while it ran (devstack/chaos.py counts a retry
+# after it as the kill's, like a heartbeat timeout).
+WORKER_LOST = "WorkerLost"
+# One beat per 0.3 x the timeout: a beat has 0.7 x it to reach the server, and a late one is followed by
+# another before the timer can fire.
+EVERY = 0.3
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+RUNS, STOPPED, GONE = "runs", "stopped", "gone"
+
+
+def process_state(pid: int) -> str:
+    """RUNS, STOPPED (SIGSTOP, a debugger) or GONE (Linux: from its /proc state; elsewhere a process that
+    exists counts as running)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return GONE
+    except OSError:  # no /proc here
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return GONE
+        return RUNS
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return STOPPED if state in ("T", "t") else GONE if state in ("Z", "X") else RUNS
+
+
+# --- the worker's side -------------------------------------------------------------------------------
+
+
+class Keeper:
+    """The worker's end of one keeper process. `vouch` and `release` never block: a line the pipe cannot
+    take now is dropped (the pump still beats for that attempt, and a beat for an ended attempt comes back
+    not found), and a keeper that is gone is said once in the log."""
+
+    def __init__(self, address: str, namespace: str) -> None:
+        self.address, self.namespace = address, namespace
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._ready = -1
+        self.is_ready = False
+        self.dropped = 0
+        self._said_gone = False
+
+    def start(self) -> None:
+        with self._lock:
+            if self._process is not None:
+                return
+            self._ready, told = os.pipe()
+            try:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "activities.liveness", "--parent", str(os.getpid()),
+                     "--address", self.address, "--namespace", self.namespace, "--ready-fd", str(told)],
+                    stdin=subprocess.PIPE, cwd=PROJECT_ROOT, pass_fds=(told,))
+            finally:
+                os.close(told)
+            assert self._process.stdin is not None
+            os.set_blocking(self._process.stdin.fileno(), False)
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Whether the keeper has connected to Temporal within `timeout` seconds (a worker does not wait:
+        until then its attempts have the pump alone)."""
+        if not self.is_ready:
+            ready, _, _ = select.select([self._ready], [], [], timeout)
+            self.is_ready = bool(ready) and os.read(self._ready, 1) == b"1"
+        return self.is_ready
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def vouch(self, task_token: bytes, heartbeat_timeout: float, started: datetime | None) -> None:
+        at = (started or datetime.now(UTC)).timestamp()
+        self._send(f"+ {base64.b64encode(task_token).decode()} {heartbeat_timeout:.3f} {at:.3f}\n")
+
+    def release(self, task_token: bytes) -> None:
+        self._send(f"- {base64.b64encode(task_token).decode()}\n")
+
+    def _send(self, line: str) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        try:
+            os.write(process.stdin.fileno(), line.encode())  # under PIPE_BUF: all of it or nothing
+        except BlockingIOError:
+            self.dropped += 1
+        except (BrokenPipeError, OSError, ValueError):
+            if not self._said_gone:
+                self._said_gone = True
+                log.warning("the liveness keeper (pid %s) is gone (exit %s): attempts are kept alive by the "
+                            "heartbeat pump alone", process.pid, process.poll())
+
+
+_KEEPERS: dict[tuple[str, str], Keeper] = {}
+_KEEPERS_LOCK = threading.Lock()
+
+
+def keeper_for(client: Client) -> Keeper:
+    """This process's keeper for the client's server and namespace, started on first use."""
+    return keeper_at(client.service_client.config.target_host, client.namespace)
+
+
+def keeper_at(address: str, namespace: str) -> Keeper:
+    """The same by address: a worker starts its keeper before it connects, so the two start side by side."""
+    key = (address, namespace)
+    with _KEEPERS_LOCK:
+        keeper = _KEEPERS.get(key)
+        if keeper is None:
+            keeper = _KEEPERS[key] = Keeper(*key)
+    keeper.start()
+    return keeper
+
+
+# --- the keeper's side -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Held:
+    timeout: float
+    next_at: float  # time.time() of the next beat
+
+
+class Vouching:
+    """What the keeper holds and does; `python -m activities.liveness` runs it over stdin."""
+
+    def __init__(self, client: Client, namespace: str, parent: int) -> None:
+        self.client, self.namespace, self.parent = client, namespace, parent
+        self.identity = f"keeper-{parent}@{socket.gethostname()}"
+        self.held: dict[bytes, _Held] = {}
+        self._changed = asyncio.Event()
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def take(self, line: str) -> None:
+        parts = line.split()
+        try:
+            if parts[0] == "+" and len(parts) == 4:
+                timeout = float(parts[2])
+                self.held[base64.b64decode(parts[1])] = _Held(timeout, float(parts[3]) + FIRST_BEAT * timeout)
+            elif parts[0] == "-" and len(parts) == 2:
+                self.held.pop(base64.b64decode(parts[1]), None)
+            else:
+                raise ValueError(line[:80])
+        except (ValueError, IndexError):
+            log.warning("liveness keeper: not a line it understands: %r", line[:80])
+        self._changed.set()
+
+    async def beat_until_the_worker_is_gone(self) -> None:
+        """Beat for what is held while the worker runs; return once its process is gone (the pipe's end
+        says so too, unless something else still holds it open)."""
+        while (state := process_state(self.parent)) != GONE:
+            now = time.time()
+            if state == RUNS:
+                for token, held in list(self.held.items()):
+                    if held.next_at <= now:
+                        held.next_at = max(held.next_at + EVERY * held.timeout, now)
+                        self._spawn(self._beat(token, timedelta(seconds=held.timeout)))
+            else:  # stopped: vouch for nothing; look again soon
+                for held in self.held.values():
+                    held.next_at = max(held.next_at, now)
+            soonest = min((h.next_at for h in self.held.values()), default=now + 3600)
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), max(soonest - time.time(), 0.0) or 0.05)
+            except TimeoutError:
+                pass
+
+    def _spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.create_task(coroutine)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _beat(self, token: bytes, within: timedelta) -> None:
+        try:
+            await self.client.workflow_service.record_activity_task_heartbeat(
+                RecordActivityTaskHeartbeatRequest(task_token=token, namespace=self.namespace,
+                                                   identity=self.identity),
+                timeout=within)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:  # the attempt ended or was timed out: nothing to keep
+                self.held.pop(token, None)
+            else:
+                log.warning("liveness keeper: a heartbeat was not recorded: %s", err.message[:200])
+
+    async def worker_ended(self) -> None:
+        """Fail every attempt still held: their worker is gone, so each retry can start now."""
+        failure = Failure(message=f"the worker process {self.parent} ended while this attempt ran",
+                          source="liveness-keeper",
+                          application_failure_info=ApplicationFailureInfo(type=WORKER_LOST, non_retryable=False))
+        tokens = list(self.held)
+        self.held.clear()
+        results = await asyncio.gather(*(self.client.workflow_service.respond_activity_task_failed(
+            RespondActivityTaskFailedRequest(task_token=token, failure=failure, identity=self.identity,
+                                             namespace=self.namespace),
+            timeout=timedelta(seconds=5)) for token in tokens), return_exceptions=True)
+        failed = sum(not isinstance(r, BaseException) for r in results)
+        if tokens:
+            log.warning("liveness keeper: worker %d ended; %d of its %d running attempts failed as %s for their"
+                        " retries", self.parent, failed, len(tokens), WORKER_LOST)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from infra import connection
+    from infra.settings import Settings
+
+    settings = Settings(temporal_address=args.address, temporal_namespace=args.namespace)
+    client = await Client.connect(**connection.connect_options(settings))
+    vouching = Vouching(client, args.namespace, args.parent)
+    os.write(args.ready_fd, b"1")
+    os.close(args.ready_fd)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 16)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    beating = asyncio.create_task(vouching.beat_until_the_worker_is_gone())
+    reading = asyncio.create_task(_read(reader, vouching))
+    await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
+    beating.cancel()
+    reading.cancel()
+    await vouching.worker_ended()
+
+
+async def _read(reader: asyncio.StreamReader, vouching: Vouching) -> None:
+    while line := await reader.readline():
+        vouching.take(line.decode(errors="replace"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Keeps a worker's running attempts alive (started by the worker).")
+    parser.add_argument("--parent", type=int, required=True, help="the worker's pid")
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--ready-fd", type=int, required=True, help="where to say it has connected")
+    args = parser.parse_args()
+    from infra.telemetry import setup_logging
+
+    setup_logging()
+    # Ctrl-C and a stop reach the worker's whole process group: the keeper stays until the worker is gone,
+    # which it learns from its end of the pipe, so a worker shutting down gracefully is vouched for to the end.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    asyncio.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()
