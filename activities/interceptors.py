@@ -63,7 +63,8 @@ class _Inbound(ActivityInboundInterceptor):
         beat = self._beat(info)
         keeper = self._keeper if beat is not None else None
         if keeper is not None and info.heartbeat_timeout:
-            keeper.vouch(info.task_token, info.heartbeat_timeout.total_seconds(), info.started_time)
+            keeper.vouch(info.task_token, info.heartbeat_timeout.total_seconds(), info.started_time,
+                         info.workflow_id or "", info.workflow_run_id or "")
         try:
             result = await self.next.execute_activity(input)
         except Exception as err:

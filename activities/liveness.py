@@ -17,7 +17,8 @@ pump's schedule, as long as the worker process runs:
 - when the worker process ends (its end of the pipe closes: a crash, an OOM kill, a SIGKILL) the keeper
   fails each attempt it still holds at once with a retryable `WorkerLost`, instead of leaving the server
   to notice a missing heartbeat a timeout later, then exits. The retry verifies before it acts, as
-  after any timeout (activities/effects.py).
+  after any timeout (activities/effects.py). Each such attempt's run first forgets the dead worker's
+  sticky queue, so the workflow task after the retry does not wait out the sticky timeout (10 s).
 
 When the keeper is lost with the worker (the whole pod or process group killed), the server times the
 attempts out as before. An attempt the keeper refused or never heard of still has the pump. The keeper
@@ -43,9 +44,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.api.workflowservice.v1 import (
     RecordActivityTaskHeartbeatRequest,
+    ResetStickyTaskQueueRequest,
     RespondActivityTaskFailedRequest,
 )
 from temporalio.client import Client
@@ -128,12 +131,13 @@ class Keeper:
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
-    def vouch(self, task_token: bytes, heartbeat_timeout: float, started: datetime | None) -> None:
+    def vouch(self, task_token: bytes, heartbeat_timeout: float, started: datetime | None, workflow_id: str,
+              run_id: str) -> None:
         at = (started or datetime.now(UTC)).timestamp()
-        self._send(f"+ {base64.b64encode(task_token).decode()} {heartbeat_timeout:.3f} {at:.3f}\n")
+        self._send(f"+ {_b64(task_token)} {heartbeat_timeout:.3f} {at:.3f} {_b64(workflow_id.encode())} {run_id}\n")
 
     def release(self, task_token: bytes) -> None:
-        self._send(f"- {base64.b64encode(task_token).decode()}\n")
+        self._send(f"- {_b64(task_token)}\n")
 
     def _send(self, line: str) -> None:
         process = self._process
@@ -148,6 +152,10 @@ class Keeper:
                 self._said_gone = True
                 log.warning("the liveness keeper (pid %s) is gone (exit %s): attempts are kept alive by the "
                             "heartbeat pump alone", process.pid, process.poll())
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
 
 
 _KEEPERS: dict[tuple[str, str], Keeper] = {}
@@ -170,6 +178,12 @@ def keeper_at(address: str, namespace: str) -> Keeper:
     return keeper
 
 
+def keeper_pid(client: Client) -> int | None:
+    """The pid of this process's keeper for the client's server, if one was started (benchmarks count its CPU)."""
+    keeper = _KEEPERS.get((client.service_client.config.target_host, client.namespace))
+    return keeper.pid if keeper else None
+
+
 # --- the keeper's side -------------------------------------------------------------------------------
 
 
@@ -177,6 +191,7 @@ def keeper_at(address: str, namespace: str) -> Keeper:
 class _Held:
     timeout: float
     next_at: float  # time.time() of the next beat
+    run: WorkflowExecution  # the task's run, whose next workflow task would wait on the dead worker's queue
 
 
 class Vouching:
@@ -192,9 +207,10 @@ class Vouching:
     def take(self, line: str) -> None:
         parts = line.split()
         try:
-            if parts[0] == "+" and len(parts) == 4:
+            if parts[0] == "+" and len(parts) == 6:
                 timeout = float(parts[2])
-                self.held[base64.b64decode(parts[1])] = _Held(timeout, float(parts[3]) + FIRST_BEAT * timeout)
+                run = WorkflowExecution(workflow_id=base64.b64decode(parts[4]).decode(), run_id=parts[5])
+                self.held[base64.b64decode(parts[1])] = _Held(timeout, float(parts[3]) + FIRST_BEAT * timeout, run)
             elif parts[0] == "-" and len(parts) == 2:
                 self.held.pop(base64.b64decode(parts[1]), None)
             else:
@@ -241,20 +257,28 @@ class Vouching:
                 log.warning("liveness keeper: a heartbeat was not recorded: %s", err.message[:200])
 
     async def worker_ended(self) -> None:
-        """Fail every attempt still held: their worker is gone, so each retry can start now."""
+        """Fail every attempt still held: their worker is gone, so each retry can start now. First each
+        attempt's run forgets the dead worker's sticky queue, so the workflow task after the retry goes to
+        the shared queue at once instead of waiting out the sticky timeout (WORKER_STICKY_TIMEOUT_SECONDS)."""
         failure = Failure(message=f"the worker process {self.parent} ended while this attempt ran",
                           source="liveness-keeper",
                           application_failure_info=ApplicationFailureInfo(type=WORKER_LOST, non_retryable=False))
-        tokens = list(self.held)
+        held = list(self.held.items())
         self.held.clear()
-        results = await asyncio.gather(*(self.client.workflow_service.respond_activity_task_failed(
+        service = self.client.workflow_service
+        within = timedelta(seconds=5)
+        runs = {(h.run.workflow_id, h.run.run_id): h.run for _, h in held}
+        await asyncio.gather(*(service.reset_sticky_task_queue(
+            ResetStickyTaskQueueRequest(namespace=self.namespace, execution=run), timeout=within)
+            for run in runs.values()), return_exceptions=True)
+        results = await asyncio.gather(*(service.respond_activity_task_failed(
             RespondActivityTaskFailedRequest(task_token=token, failure=failure, identity=self.identity,
-                                             namespace=self.namespace),
-            timeout=timedelta(seconds=5)) for token in tokens), return_exceptions=True)
+                                             namespace=self.namespace), timeout=within)
+            for token, _ in held), return_exceptions=True)
         failed = sum(not isinstance(r, BaseException) for r in results)
-        if tokens:
+        if held:
             log.warning("liveness keeper: worker %d ended; %d of its %d running attempts failed as %s for their"
-                        " retries", self.parent, failed, len(tokens), WORKER_LOST)
+                        " retries", self.parent, failed, len(held), WORKER_LOST)
 
 
 async def _serve(args: argparse.Namespace) -> None:
