@@ -36,7 +36,7 @@ from core.authority import Ceilings
 from core.names import SEARCH_ATTRIBUTES
 from core.tools import REGISTRY
 from infra import connection, telemetry
-from infra.bytecode import ensure_bytecode
+from infra.bytecode import ensure_bytecode, load_code_once
 from infra.exit import run_main
 from infra.redact import install_log_redaction, redact
 from infra.sandbox import CompiledSandboxRunner
@@ -190,6 +190,7 @@ def build_worker(client: Client, settings: Settings, task_queue: str | None = No
                    FactActivities(db, gateway).check_facts]
     replaced = {activity_name(fn) for fn in extensions.replace}
     ensure_bytecode(extensions.workflow, ReconcileWorkflow)
+    load_code_once(extensions.workflow, ReconcileWorkflow)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

@@ -1,5 +1,8 @@
 """The heartbeat pump: an attempt's liveness, sent from a thread of its own.
 
+(A pause of the whole process, such as a long garbage collection, stops this thread too: the liveness
+keeper, activities/liveness.py, beats from a process of its own for that.)
+
 An attempt that declares a heartbeat timeout (tool calls, model turns, the reconciliation) is timed
 out by the server when no heartbeat reaches it within that timeout, whatever the attempt is doing.
 Heartbeats sent from the activity's own event loop (an asyncio task) stop whenever the loop is busy:

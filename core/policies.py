@@ -4,8 +4,9 @@ Temporal owns retries. The Stripe SDK's own retries are off (see activities/paym
 so each attempt here is one request carrying the same intent key. Money and irreversible
 activities may be retried only because they verify with the ledger and the provider first.
 
-A worker SIGKILLed mid-step (issue 15; `python -m devstack.resume` measures it) is noticed when
-its attempt's heartbeat timeout runs out, and the retry starts one first interval later. Both are
+A worker SIGKILLed mid-step (issue 15; `python -m devstack.resume` measures it) is noticed at once
+by its liveness keeper, which fails the attempt (activities/liveness.py); when the keeper died too,
+when the attempt's heartbeat timeout runs out. The retry starts one first interval later. Both are
 timers of the server, which schedules nothing sooner than `history.timerProcessorMaxTimeShift`
 (1 s) after its timer queue last read: a retry interval under a second often comes out at about a
 second after a timeout, and a heartbeat timer moved on by a heartbeat fires up to a second late

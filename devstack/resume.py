@@ -455,7 +455,7 @@ def table(reports: list[ModeReport]) -> str:
            row("SIGKILLs mid-refund (crash point)", [f"{s['kills']} ({s['point']})" for s in sums]),
            row("resumed: a figure from the history per kill", [f"{s['resumed']} of {s['kills']}" for s in sums]),
            row("**kill -> the refund step running again: p50 / p99 / max s**", [_three(s["resume_s"]) for s in sums]),
-           row("of which: kill -> the server times the dead attempt out: p50 / p99 / max s",
+           row("of which: kill -> the dead attempt failed (the keeper) or timed out (the server): p50 / p99 / max s",
                [_three(s["timed_out_s"]) for s in sums]),
            row("(the dead attempt's last heartbeat, before the kill: p50 / p99 / max s)",
                [_three(s["heartbeat_age_s"]) for s in sums]),

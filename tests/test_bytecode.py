@@ -4,6 +4,7 @@ instead of compiling the source (this machine, like many images, sets PYTHONDONT
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import py_compile
@@ -14,7 +15,7 @@ import pytest
 from temporalio.client import Client
 
 import workflows.agent_task
-from infra.bytecode import ensure_bytecode, fresh
+from infra.bytecode import ensure_bytecode, fresh, load_code_once
 from infra.settings import Settings
 from worker import build_worker
 
@@ -91,3 +92,27 @@ def test_hash_based_bytecode_counts_as_the_import_system_counts_it(tmp_path: Pat
         assert _cached(source).read_bytes() == written
         source.write_text("class Flow:\n    edited = 1\n")
         assert fresh(source, _cached(source)) is after_edit
+
+
+def test_code_loaded_once_still_runs_each_import_afresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox re-imports a workflow's modules for every run: each import still executes the module in
+    a namespace of its own (state never leaks from one run to the next), from a code object read once."""
+    (tmp_path / "once_flows").mkdir()
+    (tmp_path / "once_flows" / "__init__.py").write_text("")
+    (tmp_path / "once_flows" / "flow.py").write_text("RUNS = []\nRUNS.append(1)\n\ndef step():\n    return len(RUNS)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finder = load_code_once(type("Flow", (), {"__module__": "once_flows.flow"}))
+    try:
+        first = importlib.import_module("once_flows.flow")
+        first.RUNS.append(2)  # a run that changes its module's state
+        for name in ("once_flows.flow", "once_flows"):
+            del sys.modules[name]
+        (tmp_path / "once_flows" / "flow.py").write_text("raise RuntimeError('read again')\n")
+        second = importlib.import_module("once_flows.flow")
+    finally:
+        finder.tops.discard("once_flows")
+        for name in ("once_flows.flow", "once_flows"):
+            sys.modules.pop(name, None)
+    assert second is not first and second.RUNS == [1] and second.step() == 1  # executed afresh
+    assert second.step.__code__ is first.step.__code__  # from the same code, not read again
+    assert isinstance(second.__spec__.loader, importlib.machinery.SourceFileLoader)
