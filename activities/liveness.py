@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import base64
 import logging
+import math
 import os
 import select
 import signal
@@ -64,6 +65,8 @@ WORKER_LOST = "WorkerLost"
 # One beat per 0.3 x the timeout: a beat has 0.7 x it to reach the server, and a late one is followed by
 # another before the timer can fire.
 EVERY = 0.3
+LOOK_EVERY = 1.0  # seconds between looks at the worker's process when nothing is due
+STOPPED_LOOK_EVERY = 0.05  # the same while it is stopped: beats resume soon after it does
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -191,7 +194,11 @@ def keeper_pid(client: Client) -> int | None:
 class _Held:
     timeout: float
     next_at: float  # time.time() of the next beat
-    run: WorkflowExecution  # the task's run, whose next workflow task would wait on the dead worker's queue
+    workflow_id: str  # base64: the task's run, whose next workflow task would wait on the dead worker's queue
+    run_id: str
+
+    def run(self) -> WorkflowExecution:
+        return WorkflowExecution(workflow_id=base64.b64decode(self.workflow_id).decode(), run_id=self.run_id)
 
 
 class Vouching:
@@ -202,26 +209,32 @@ class Vouching:
         self.identity = f"keeper-{parent}@{socket.gethostname()}"
         self.held: dict[bytes, _Held] = {}
         self._changed = asyncio.Event()
+        self._wake_at = 0.0  # when the beating loop wakes next, unless told sooner
         self._sending: set[asyncio.Task[None]] = set()
 
     def take(self, line: str) -> None:
         parts = line.split()
         try:
             if parts[0] == "+" and len(parts) == 6:
-                timeout = float(parts[2])
-                run = WorkflowExecution(workflow_id=base64.b64decode(parts[4]).decode(), run_id=parts[5])
-                self.held[base64.b64decode(parts[1])] = _Held(timeout, float(parts[3]) + FIRST_BEAT * timeout, run)
+                token, timeout = base64.b64decode(parts[1], validate=True), float(parts[2])
+                base64.b64decode(parts[4], validate=True)
+                if not 0.01 <= timeout <= 86400 or not math.isfinite(float(parts[3])):
+                    raise ValueError(line[:80])  # a beat per 0.3 x the timeout: never a spin
+                held = self.held[token] = _Held(timeout, float(parts[3]) + FIRST_BEAT * timeout, parts[4], parts[5])
+                if held.next_at < self._wake_at:
+                    self._changed.set()
             elif parts[0] == "-" and len(parts) == 2:
-                self.held.pop(base64.b64decode(parts[1]), None)
+                self.held.pop(base64.b64decode(parts[1], validate=True), None)
             else:
                 raise ValueError(line[:80])
         except (ValueError, IndexError):
             log.warning("liveness keeper: not a line it understands: %r", line[:80])
-        self._changed.set()
 
     async def beat_until_the_worker_is_gone(self) -> None:
         """Beat for what is held while the worker runs; return once its process is gone (the pipe's end
-        says so too, unless something else still holds it open)."""
+        says so too, unless something else still holds it open). It wakes when a beat is due, when an
+        attempt arrives that is due sooner, and at least every LOOK_EVERY seconds; most attempts end
+        before their first beat, and their lines wake nothing."""
         while (state := process_state(self.parent)) != GONE:
             now = time.time()
             if state == RUNS:
@@ -231,11 +244,11 @@ class Vouching:
                         self._spawn(self._beat(token, timedelta(seconds=held.timeout)))
             else:  # stopped: vouch for nothing; look again soon
                 for held in self.held.values():
-                    held.next_at = max(held.next_at, now)
-            soonest = min((h.next_at for h in self.held.values()), default=now + 3600)
+                    held.next_at = max(held.next_at, now + STOPPED_LOOK_EVERY)
+            self._wake_at = min((h.next_at for h in self.held.values()), default=now + LOOK_EVERY)
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), max(soonest - time.time(), 0.0) or 0.05)
+                await asyncio.wait_for(self._changed.wait(), min(max(self._wake_at - time.time(), 0.0), LOOK_EVERY))
             except TimeoutError:
                 pass
 
@@ -267,10 +280,10 @@ class Vouching:
         self.held.clear()
         service = self.client.workflow_service
         within = timedelta(seconds=5)
-        runs = {(h.run.workflow_id, h.run.run_id): h.run for _, h in held}
+        runs = {(h.workflow_id, h.run_id): h for _, h in held}
         await asyncio.gather(*(service.reset_sticky_task_queue(
-            ResetStickyTaskQueueRequest(namespace=self.namespace, execution=run), timeout=within)
-            for run in runs.values()), return_exceptions=True)
+            ResetStickyTaskQueueRequest(namespace=self.namespace, execution=h.run()), timeout=within)
+            for h in runs.values()), return_exceptions=True)
         results = await asyncio.gather(*(service.respond_activity_task_failed(
             RespondActivityTaskFailedRequest(task_token=token, failure=failure, identity=self.identity,
                                              namespace=self.namespace), timeout=within)

@@ -1,0 +1,59 @@
+"""The liveness keeper's own checks (activities/liveness.py), without a server: what it reads of the
+worker's process, and the lines it takes from the worker. The keeper against a real server and a real
+worker: tests/test_admission.py (a held GIL) and tests/test_crash_resume.py (a SIGKILL)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from activities.liveness import GONE, RUNS, STOPPED, Vouching, process_state
+from devstack.polling import poll_until
+
+
+async def _state_becomes(pid: int, state: str) -> None:
+    async def now() -> bool:
+        return process_state(pid) == state
+    await poll_until(now, f"process {pid} {state}", timeout=10, every=0.02)
+
+
+async def test_a_stopped_worker_is_not_vouched_for_and_a_dead_one_is_gone():
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        await _state_becomes(child.pid, RUNS)
+        os.kill(child.pid, signal.SIGSTOP)
+        await _state_becomes(child.pid, STOPPED)
+        os.kill(child.pid, signal.SIGCONT)
+        await _state_becomes(child.pid, RUNS)
+        child.kill()
+        await _state_becomes(child.pid, GONE)  # a zombie until reaped: gone all the same
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) == GONE
+
+
+class _NoServer:
+    """Stands in for the client: the lines are judged before any call is made."""
+
+    workflow_service: Any = None
+
+
+async def test_lines_it_does_not_understand_change_nothing(caplog):
+    vouching = Vouching(_NoServer(), "default", os.getpid())  # type: ignore[arg-type]
+    token = "dG9rZW4="  # base64 of b"token"
+    vouching.take(f"+ {token} 1.000 {time.time():.3f} d2YtMQ== run-1\n")
+    now = time.time()
+    for line in ("", "+", "+ !!! 1 2 3 4", f"+ {token} x {now} d2Y= r", "- ", "* anything", f"+ {token} 0 {now} d2Y= r",
+                 f"+ {token} nan {now} d2Y= r", f"+ {token} 1 inf d2Y= r", f"+ {token} -1 {now} d2Y= r", "-" * 5000,
+                 f"- {token} extra"):
+        vouching.take(line)
+    assert list(vouching.held) == [b"token"] and vouching.held[b"token"].timeout == 1.0
+    assert "not a line it understands" in caplog.text
+    vouching.take(f"- {token}\n")
+    assert not vouching.held
+    await asyncio.sleep(0)
