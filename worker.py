@@ -142,7 +142,7 @@ def worker_options(settings: Settings, **overrides: Any) -> dict[str, Any]:
             "sticky_queue_schedule_to_start_timeout": timedelta(seconds=settings.worker_sticky_timeout_seconds),
             "max_cached_workflows": settings.worker_cached_workflows,
             # The SDK's core forwards an attempt's heartbeats at most every 0.8 x its timeout, which leaves a
-            # heartbeat 200 ms of a 1 s timeout to reach a busy server; every 0.4 x leaves it 600 ms.
+            # heartbeat a fifth of its timeout to reach a busy server; every 0.4 x leaves it three fifths.
             "max_heartbeat_throttle_interval": policies.TOOL_HEARTBEAT * HEARTBEAT_FORWARD,
             "graceful_shutdown_timeout": timedelta(seconds=5), **overrides}
 

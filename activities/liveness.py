@@ -3,8 +3,8 @@
 The heartbeat pump (activities/heartbeats.py) beats from a thread of the worker, so a busy event loop
 does not stop it; but nothing of a Python process runs while one thread holds the GIL. A full garbage
 collection does: in a 4,200-ticket week the worker's grew to 0.94-1.64 s as its cache filled, longer
-than the 0.7 s a beat has in a 1 s heartbeat timeout, and every attempt that began just before one was
-timed out while it ran (docs/figures.md). A longer timeout would trade that for a slower resume.
+than the 0.7 s a beat had in a 1 s heartbeat timeout, and every attempt that began just before one was
+timed out while it ran (docs/figures.md). A longer timeout alone would trade that for a slower resume.
 
 So the worker starts a keeper (`python -m activities.liveness`) and tells it, over the keeper's stdin,
 each attempt that declares a heartbeat timeout when it begins and when it ends. The keeper has its own
