@@ -90,12 +90,14 @@ class HeartbeatPump:
         beat = Beat(self, send, EVERY * heartbeat_timeout, name)
         late = 0.0 if started is None else (datetime.now(UTC) - started).total_seconds()
         first = min(max(FIRST_BEAT * heartbeat_timeout - late, 0.0), FIRST_BEAT * heartbeat_timeout)
+        due = _Due(time.monotonic() + first, next(self._seq), beat)
         with self.lock:
-            heapq.heappush(self._due, _Due(time.monotonic() + first, next(self._seq), beat))
+            heapq.heappush(self._due, due)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="heartbeat-pump", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            if self._due[0] is due:  # due before whatever the pump waits for: wake it (else it would take the
+                self._wake.notify()  # GIL from the event loop once per attempt for nothing)
         return beat
 
     def _run(self) -> None:

@@ -9,8 +9,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
+from activities.heartbeats import HeartbeatPump
 from activities.liveness import GONE, RUNS, STOPPED, Vouching, process_state
 from devstack.polling import poll_until
 
@@ -57,3 +59,25 @@ async def test_lines_it_does_not_understand_change_nothing(caplog):
     vouching.take(f"- {token}\n")
     assert not vouching.held
     await asyncio.sleep(0)
+
+
+async def test_the_pump_beats_an_attempt_due_sooner_than_the_one_it_waits_for():
+    """The pump is woken only for an attempt due before the one it waits for; that one beats on time."""
+    pump = HeartbeatPump()
+    sent = {"slow": 0, "quick": 0}
+
+    def counter(name: str) -> Callable[[], None]:
+        def send() -> None:
+            sent[name] += 1
+        return send
+    slow = pump.start(counter("slow"), 600.0, None, "slow")  # first beat in 180 s
+    quick = pump.start(counter("quick"), 0.1, None, "quick")  # first in 0.03 s, then every 0.02 s
+
+    async def beaten() -> bool:
+        return sent["quick"] >= 3
+    try:
+        await poll_until(beaten, "the quick attempt's beats", timeout=30, every=0.01)
+    finally:
+        slow.stop()
+        quick.stop()
+    assert sent["slow"] == 0
