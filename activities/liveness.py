@@ -53,7 +53,7 @@ from temporalio.api.workflowservice.v1 import (
     RespondActivityTaskFailedRequest,
 )
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, WorkflowService
 
 from activities.heartbeats import FIRST_BEAT
 
@@ -68,6 +68,7 @@ EVERY = 0.3
 LOOK_EVERY = 1.0  # seconds between looks at the worker's process when nothing is due
 STOPPED_LOOK_EVERY = 0.05  # the same while it is stopped: beats resume soon after it does
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+MAX_LINE = 1 << 16  # the keeper's limit per line; the worker writes none longer than PIPE_BUF (4,096 bytes)
 
 
 RUNS, STOPPED, GONE = "runs", "stopped", "gone"
@@ -144,10 +145,14 @@ class Keeper:
 
     def _send(self, line: str) -> None:
         process = self._process
+        data = line.encode()
         if process is None or process.stdin is None:
             return
+        if len(data) > select.PIPE_BUF:  # a longer write to a pipe may be split, and another line cut in two
+            self.dropped += 1
+            return
         try:
-            os.write(process.stdin.fileno(), line.encode())  # under PIPE_BUF: all of it or nothing
+            os.write(process.stdin.fileno(), data)  # at most PIPE_BUF: all of it or nothing
         except BlockingIOError:
             self.dropped += 1
         except (BrokenPipeError, OSError, ValueError):
@@ -204,13 +209,18 @@ class _Held:
 class Vouching:
     """What the keeper holds and does; `python -m activities.liveness` runs it over stdin."""
 
-    def __init__(self, client: Client, namespace: str, parent: int) -> None:
+    def __init__(self, client: Client | None, namespace: str, parent: int) -> None:
         self.client, self.namespace, self.parent = client, namespace, parent
         self.identity = f"keeper-{parent}@{socket.gethostname()}"
         self.held: dict[bytes, _Held] = {}
         self._changed = asyncio.Event()
         self._wake_at = 0.0  # when the beating loop wakes next, unless told sooner
         self._sending: set[asyncio.Task[None]] = set()
+
+    def _service(self) -> WorkflowService:
+        if self.client is None:
+            raise RuntimeError("the liveness keeper is not connected")
+        return self.client.workflow_service
 
     def take(self, line: str) -> None:
         parts = line.split()
@@ -259,7 +269,7 @@ class Vouching:
 
     async def _beat(self, token: bytes, within: timedelta) -> None:
         try:
-            await self.client.workflow_service.record_activity_task_heartbeat(
+            await self._service().record_activity_task_heartbeat(
                 RecordActivityTaskHeartbeatRequest(task_token=token, namespace=self.namespace,
                                                    identity=self.identity),
                 timeout=within)
@@ -278,7 +288,7 @@ class Vouching:
                           application_failure_info=ApplicationFailureInfo(type=WORKER_LOST, non_retryable=False))
         held = list(self.held.items())
         self.held.clear()
-        service = self.client.workflow_service
+        service = self._service()
         within = timedelta(seconds=5)
         runs = {(h.workflow_id, h.run_id): h for _, h in held}
         await asyncio.gather(*(service.reset_sticky_task_queue(
@@ -299,23 +309,42 @@ async def _serve(args: argparse.Namespace) -> None:
     from infra.settings import Settings
 
     settings = Settings(temporal_address=args.address, temporal_namespace=args.namespace)
-    client = await Client.connect(**connection.connect_options(settings))
-    vouching = Vouching(client, args.namespace, args.parent)
+    vouching = Vouching(None, args.namespace, args.parent)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    # The worker's lines are taken from the start; a worker that ends while the keeper connects (it could
+    # not reach Temporal either, say) ends the keeper too, so nothing waits on it.
+    reading = asyncio.create_task(_read(reader, vouching))
+    connecting = asyncio.create_task(Client.connect(**connection.connect_options(settings)))
+    await asyncio.wait([reading, connecting], return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():
+        connecting.cancel()
+        return
+    vouching.client = connecting.result()
     os.write(args.ready_fd, b"1")
     os.close(args.ready_fd)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 16)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     beating = asyncio.create_task(vouching.beat_until_the_worker_is_gone())
-    reading = asyncio.create_task(_read(reader, vouching))
-    await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
     beating.cancel()
     reading.cancel()
+    broken = [task.exception() for task in done if task.exception() is not None]
+    if broken:  # our own fault, not the worker's end: leave its attempts to the pump and the server
+        log.error("liveness keeper stopped: %s", broken[0])
+        return
     await vouching.worker_ended()
 
 
 async def _read(reader: asyncio.StreamReader, vouching: Vouching) -> None:
-    while line := await reader.readline():
+    """Take the worker's lines until its end of the pipe closes (an over-long line is skipped)."""
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError:
+            log.warning("liveness keeper: a line over %d bytes skipped", MAX_LINE)
+            continue
+        if not line:
+            return
         vouching.take(line.decode(errors="replace"))
 
 
@@ -333,7 +362,11 @@ def main() -> None:
     # which it learns from its end of the pipe, so a worker shutting down gracefully is vouched for to the end.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    asyncio.run(_serve(args))
+    try:
+        asyncio.run(_serve(args))
+    except Exception as err:  # it cannot reach Temporal: the worker says so itself, and runs on with the pump
+        log.error("liveness keeper stopped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
