@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,7 +26,6 @@ from activities.authority import AuthorityActivities, Deployment, public_key_fro
 from activities.effects import ProviderTerms
 from activities.facts import FactActivities
 from activities.interceptors import WorkerInterceptor
-from activities.liveness import Keeper, keeper_at, keeper_for
 from activities.model import ModelBackend, ModelConfigError, make_backend
 from activities.operations import OperationsActivities
 from activities.reconcile import ReconcileActivities
@@ -38,6 +38,7 @@ from core.tools import REGISTRY
 from infra import connection, telemetry
 from infra.bytecode import ensure_bytecode, load_code_once
 from infra.exit import run_main
+from infra.liveness import Keeper, keeper_at, keeper_for
 from infra.redact import install_log_redaction, redact
 from infra.sandbox import CompiledSandboxRunner
 from infra.schedules import ensure_reconcile_schedule
@@ -128,7 +129,6 @@ def worker_tuner(settings: Settings) -> WorkerTuner:
         local_activity_config=ResourceBasedSlotConfig(minimum_slots=min(floor, local), maximum_slots=local))
 
 
-KEEPER_READY_SECONDS = 15
 HEARTBEAT_FORWARD = 0.4  # of the heartbeat timeout: how often the core sends the latest heartbeat on
 
 
@@ -217,7 +217,8 @@ def check_provider(settings: Settings) -> None:
 
 
 def start_keeper(settings: Settings) -> Keeper | None:
-    """The liveness keeper, started first: it connects while the worker does the rest of its start."""
+    """The liveness keeper, started first: it connects while the worker does the rest of its start, and the
+    worker does not wait for it (it says in the log if it cannot connect, and the pump still beats)."""
     if not settings.worker_liveness_keeper:
         return None
     try:
@@ -225,6 +226,18 @@ def start_keeper(settings: Settings) -> Keeper | None:
     except ValueError:
         return None  # connect() says what is wrong with the configuration
     return keeper_at(options["target_host"], options["namespace"])
+
+
+KEEPER_READY_SECONDS = 60
+
+
+def say_keeper_ready(keeper: Keeper) -> None:
+    """The log line that says the keeper has connected: from then on a death of this worker is told at once."""
+    if keeper.wait_ready(KEEPER_READY_SECONDS):
+        log.info(f"liveness keeper ready (pid {keeper.pid})")
+    else:
+        log.warning(f"liveness keeper (pid {keeper.pid}) not connected after {KEEPER_READY_SECONDS} s: this worker's"
+                    " attempts have the heartbeat pump alone, and its death is noticed by their heartbeat timeout")
 
 
 async def main() -> None:
@@ -244,9 +257,6 @@ async def main() -> None:
         every = timedelta(minutes=settings.reconcile_every_minutes)
         await ensure_reconcile_schedule(client, settings.task_queue, every)
     worker = build_worker(client, settings, backend=model)
-    if keeper is not None and not await asyncio.to_thread(keeper.wait_ready, KEEPER_READY_SECONDS):
-        log.warning(f"the liveness keeper (pid {keeper.pid}) did not connect within {KEEPER_READY_SECONDS} s:"
-                    " until it does, a long pause of this process can time its attempts out")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -254,6 +264,8 @@ async def main() -> None:
     async with worker:
         log.info(f"worker ready: task queue {settings.task_queue} on {client.service_client.config.target_host}, "
                  f"model {model.describe()}")
+        if keeper is not None:  # a daemon thread: a keeper that never connects does not hold the exit up
+            threading.Thread(target=say_keeper_ready, args=(keeper,), name="keeper-ready", daemon=True).start()
         await stop.wait()
     await model.aclose()
     log.info("worker stopped")

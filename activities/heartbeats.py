@@ -1,7 +1,7 @@
 """The heartbeat pump: an attempt's liveness, sent from a thread of its own.
 
 (A pause of the whole process, such as a long garbage collection, stops this thread too: the liveness
-keeper, activities/liveness.py, beats from a process of its own for that.)
+keeper, infra/liveness.py, beats from a process of its own for that.)
 
 An attempt that declares a heartbeat timeout (tool calls, model turns, the reconciliation) is timed
 out by the server when no heartbeat reaches it within that timeout, whatever the attempt is doing.
@@ -34,15 +34,10 @@ from datetime import UTC, datetime
 
 from temporalio.bridge.proto import ActivityHeartbeat
 
+from core.policies import FIRST_BEAT
+
 log = logging.getLogger("agent.heartbeats")
 
-# The first beat at 0.3 x the timeout after the attempt started at the server, not at once. The server
-# arms an attempt's heartbeat timer at its start plus the timeout; a heartbeat only makes it arm a
-# later one when that fires, and a timer armed less than a second ahead fires up to a second late (the
-# server's timer queue takes nothing sooner than `history.timerProcessorMaxTimeShift`, 1 s, ahead).
-# A step that ends within 0.3 x the timeout (most do) sends no heartbeat, and a worker killed in one is
-# timed out exactly one timeout after the attempt started (core/policies.py, devstack/resume.py).
-FIRST_BEAT = 0.3
 # Then five beats per timeout: the core forwards the latest every 0.4 x the timeout, so one is always
 # waiting to go.
 EVERY = 0.2

@@ -21,8 +21,8 @@ from temporalio.worker import (
 
 from activities.faults import crash_point
 from activities.heartbeats import PUMP, Beat, Send, core_sender
-from activities.liveness import Keeper
 from core.models import ToolResult
+from infra.liveness import Keeper
 from infra.redact import redacted_error
 
 log = logging.getLogger("agent.tools")
@@ -31,7 +31,7 @@ _FALLBACK_SAID: list[bool] = []
 
 
 class WorkerInterceptor(Interceptor):
-    """`keeper`: the liveness keeper (activities/liveness.py) that vouches for this worker's attempts from a
+    """`keeper`: the liveness keeper (infra/liveness.py) that vouches for this worker's attempts from a
     process of its own; without one, the heartbeat pump alone keeps them alive."""
 
     def __init__(self, keeper: Keeper | None = None) -> None:

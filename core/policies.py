@@ -5,7 +5,7 @@ so each attempt here is one request carrying the same intent key. Money and irre
 activities may be retried only because they verify with the ledger and the provider first.
 
 A worker SIGKILLed mid-step (issue 15; `python -m devstack.resume` measures it) is noticed at once
-by its liveness keeper, which fails the attempt (activities/liveness.py); when the keeper died too,
+by its liveness keeper, which fails the attempt (infra/liveness.py); when the keeper died too,
 when the attempt's heartbeat timeout (2 s) runs out. The retry starts one first interval later. Both are
 timers of the server, which schedules nothing sooner than `history.timerProcessorMaxTimeShift`
 (1 s) after its timer queue last read: a retry interval under a second often comes out at about a
@@ -69,11 +69,19 @@ TOOL_START_TO_CLOSE = timedelta(seconds=60)
 # out only if its worker took it and did not start it in time (admission control, worker.py worker_tuner),
 # or a process paused whole: its retry then waits for the live one's lease and settle horizon
 # (activities/effects.py), so it costs time and an attempt, never a second effect.
-# 2 s, not 1: a worker's death is told by its liveness keeper at once (activities/liveness.py), so this
+# 2 s, not 1: a worker's death is told by its liveness keeper at once (infra/liveness.py), so this
 # timeout only bounds what the keeper cannot see: a paused process, a host lost whole, and an attempt
 # the SDK's core took while a garbage collection held the worker's GIL (Python learns of it only after
 # the collection; a 4,200-ticket week's longest was 1.85 s, and at 1 s three attempts were timed out so).
 TOOL_HEARTBEAT = timedelta(seconds=2)
+# The first beat at 0.3 x the timeout after the attempt started at the server, not at once. The server
+# arms an attempt's heartbeat timer at its start plus the timeout; a heartbeat only makes it arm a
+# later one when that fires, and a timer armed less than a second ahead fires up to a second late (the
+# server's timer queue takes nothing sooner than `history.timerProcessorMaxTimeShift`, 1 s, ahead).
+# A step that ends within 0.3 x the timeout (most do) sends no heartbeat, and a worker killed in one is
+# timed out exactly one timeout after the attempt started (devstack/resume.py); the pump and the liveness keeper both
+# keep it (activities/heartbeats.py, infra/liveness.py).
+FIRST_BEAT = 0.3
 MODEL_START_TO_CLOSE = timedelta(seconds=120)
 
 # Alerts, dead letters, human decisions on the ledger, the task's policy, a signature check.

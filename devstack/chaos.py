@@ -78,7 +78,7 @@ the pid in a worker's identity (`pid@host`) and in its sticky queue's name (`pid
 
 - an activity whose `ActivityTaskStarted` has attempt > 1 and whose `last_failure` is a
   heartbeat or start-to-close timeout, or `WorkerLost` (the liveness keeper failed it when its worker's
-  process ended: activities/liveness.py), was interrupted by a dead worker; the event's time is when
+  process ended: infra/liveness.py), was interrupted by a dead worker; the event's time is when
   its final attempt started on a live worker (checked: it is the last attempt's start, not the
   first's). Its kill is the one between the activity's `ActivityTaskScheduled` and that start on
   the worker that completed the workflow task scheduling it (eager dispatch runs it there), else
@@ -127,7 +127,6 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.db import Database
-from activities.liveness import WORKER_LOST
 from activities.payments import StripeGateway
 from client import start_task
 from core.models import Checkpoint, TaskInput, TaskResult, ToolInput, ToolResult
@@ -144,6 +143,7 @@ from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from devstack.unsafe import naive_refund
 from infra.exit import run_main
+from infra.liveness import WORKER_LOST
 from infra.settings import Settings
 from worker import Extensions, build_worker
 

@@ -54,7 +54,6 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.db import Database
-from activities.liveness import keeper_pid
 from activities.payments import StripeGateway
 from client import start_task
 from core.models import TaskResult
@@ -66,6 +65,7 @@ from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
+from infra.liveness import keeper_pid
 from infra.settings import Settings
 from worker import build_worker, worker_options
 
@@ -201,7 +201,7 @@ class Load:
         return seconds
 
     async def throughput(self, side: str, count: int, round_no: int) -> dict[str, float]:
-        # The liveness keeper is the worker's (activities/liveness.py): a process of its own beside it.
+        # The liveness keeper is the worker's (infra/liveness.py): a process of its own beside it.
         pids = {"temporal": self.stack.temporal.pid, "localstripe": self.stack.localstripe.pid,
                 "liveness keeper": keeper_pid(self.client)}
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}

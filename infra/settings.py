@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     # every task turns into replays: a 4,200-ticket burst on the SDK's 1,000 ran at half the speed.
     # A process beside the worker that keeps its running attempts alive while the worker cannot (a long
     # garbage collection holds every thread of it) and fails them at once when the worker dies
-    # (activities/liveness.py).
+    # (infra/liveness.py).
     worker_liveness_keeper: bool = Field(default=True, description="start the liveness keeper beside the worker")
     worker_cached_workflows: int = Field(default=5000, ge=0, description="workflow runs kept in memory"
                                          " between their tasks (about 200 KB each); 0: replay every task")

@@ -26,13 +26,13 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.db import Database
 from activities.interceptors import WorkerInterceptor
-from activities.liveness import keeper_for
 from activities.payments import StripeGateway
 from activities.world import World
 from devstack import attempts
 from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY
+from infra.liveness import keeper_for
 from infra.settings import Settings, cores, load_settings
 from infra.telemetry import JsonFormatter, watch_gc_pauses
 from tests.helpers import start, unique

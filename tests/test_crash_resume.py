@@ -12,10 +12,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities.liveness import WORKER_LOST
 from activities.world import World
 from devstack.attempts import cause_of
 from devstack.stack import Stack
+from infra.liveness import WORKER_LOST
 from infra.settings import Settings
 from tests.helpers import scenario_task, start, wait_for
 
@@ -31,7 +31,7 @@ CRASH_POINTS = [
     "notify_customer:end",
 ]
 
-# Points inside an attempt the liveness keeper holds (activities/liveness.py): when the worker dies there,
+# Points inside an attempt the liveness keeper holds (infra/liveness.py): when the worker dies there,
 # the keeper fails the attempt at once and its retry says why; elsewhere the server times it out.
 HELD_BY_THE_KEEPER = {"issue_refund:before_provider", "issue_refund:after_provider", "notify_customer:after_send"}
 
@@ -43,6 +43,8 @@ async def test_worker_killed_at_each_step_resumes_without_a_second_effect(
 ):
     crashing = stack.start_worker(tmp_path / "crashing.log",
                                   {**worker_env, "CRASH_AT": point, "CRASH_MARKER": str(tmp_path / "crashed")})
+    if point in HELD_BY_THE_KEEPER:  # a worker does not wait for its keeper; this test does, to see it act
+        await wait_for(lambda: _logged(tmp_path / "crashing.log", "liveness keeper ready"), "the keeper", 60)
     task = scenario_task("refund-8841")
     handle = await start(client, settings, task)
     code = await asyncio.to_thread(crashing.process.wait, 60)
@@ -78,3 +80,7 @@ async def _retried_because(handle: WorkflowHandle, activity_type: str) -> str | 
         if pending.activity_type.name == activity_type and pending.attempt > 1:
             return cause_of(pending.last_failure)
     return None
+
+
+async def _logged(log_file: Path, text: str) -> bool:
+    return log_file.exists() and text in log_file.read_text()

@@ -1,4 +1,4 @@
-"""The liveness keeper's own checks (activities/liveness.py), without a server: what it reads of the
+"""The liveness keeper's own checks (infra/liveness.py), without a server: what it reads of the
 worker's process, and the lines it takes from the worker. The keeper against a real server and a real
 worker: tests/test_admission.py (a held GIL) and tests/test_crash_resume.py (a SIGKILL)."""
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from activities.heartbeats import HeartbeatPump
-from activities.liveness import GONE, RUNS, STOPPED, Vouching, process_state
 from devstack.polling import poll_until
+from infra.liveness import GONE, RUNS, STOPPED, Vouching, process_state
 
 
 async def _state_becomes(pid: int, state: str) -> None:

@@ -6,7 +6,7 @@ collection does: in a 4,200-ticket week the worker's grew to 0.94-1.64 s as its 
 than the 0.7 s a beat had in a 1 s heartbeat timeout, and every attempt that began just before one was
 timed out while it ran (docs/figures.md). A longer timeout alone would trade that for a slower resume.
 
-So the worker starts a keeper (`python -m activities.liveness`) and tells it, over the keeper's stdin,
+So the worker starts a keeper (`python -m infra.liveness`) and tells it, over the keeper's stdin,
 each attempt that declares a heartbeat timeout when it begins and when it ends. The keeper has its own
 GIL and its own connection to Temporal, and beats for every attempt it holds, by task token, on the
 pump's schedule, as long as the worker process runs:
@@ -55,7 +55,7 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode, WorkflowService
 
-from activities.heartbeats import FIRST_BEAT
+from core.policies import FIRST_BEAT
 
 log = logging.getLogger("agent.liveness")
 
@@ -68,6 +68,7 @@ EVERY = 0.3
 LOOK_EVERY = 1.0  # seconds between looks at the worker's process when nothing is due
 STOPPED_LOOK_EVERY = 0.05  # the same while it is stopped: beats resume soon after it does
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONNECT_AFTER_END = 10.0  # seconds a keeper still connecting waits, once its worker has ended, to fail its attempts
 MAX_LINE = 1 << 16  # the keeper's limit per line; the worker writes none longer than PIPE_BUF (4,096 bytes)
 
 
@@ -115,7 +116,7 @@ class Keeper:
             self._ready, told = os.pipe()
             try:
                 self._process = subprocess.Popen(
-                    [sys.executable, "-m", "activities.liveness", "--parent", str(os.getpid()),
+                    [sys.executable, "-m", "infra.liveness", "--parent", str(os.getpid()),
                      "--address", self.address, "--namespace", self.namespace, "--ready-fd", str(told)],
                     stdin=subprocess.PIPE, cwd=PROJECT_ROOT, pass_fds=(told,))
             finally:
@@ -124,8 +125,8 @@ class Keeper:
             os.set_blocking(self._process.stdin.fileno(), False)
 
     def wait_ready(self, timeout: float) -> bool:
-        """Whether the keeper has connected to Temporal within `timeout` seconds (a worker does not wait:
-        until then its attempts have the pump alone)."""
+        """Whether the keeper has connected to Temporal within `timeout` seconds (a worker does not wait: until
+        then its attempts have the pump alone, and a death is told once the keeper has connected)."""
         if not self.is_ready:
             ready, _, _ = select.select([self._ready], [], [], timeout)
             self.is_ready = bool(ready) and os.read(self._ready, 1) == b"1"
@@ -207,7 +208,7 @@ class _Held:
 
 
 class Vouching:
-    """What the keeper holds and does; `python -m activities.liveness` runs it over stdin."""
+    """What the keeper holds and does; `python -m infra.liveness` runs it over stdin."""
 
     def __init__(self, client: Client | None, namespace: str, parent: int) -> None:
         self.client, self.namespace, self.parent = client, namespace, parent
@@ -305,22 +306,27 @@ class Vouching:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    from infra import connection
-    from infra.settings import Settings
+    from temporalio.envconfig import ClientConfigProfile
 
-    settings = Settings(temporal_address=args.address, temporal_namespace=args.namespace)
+    # The worker's connection (TLS, API key: Temporal's environment configuration, as infra/connection.py
+    # reads it), at the address and namespace the worker connected to; no data converter, no payloads.
+    options = {**ClientConfigProfile.load().to_client_connect_config(), "target_host": args.address,
+               "namespace": args.namespace}
     vouching = Vouching(None, args.namespace, args.parent)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    # The worker's lines are taken from the start; a worker that ends while the keeper connects (it could
-    # not reach Temporal either, say) ends the keeper too, so nothing waits on it.
+    # The worker's lines are taken from the start (the worker does not wait for the keeper to connect). A
+    # worker that ends while the keeper connects still has its attempts failed, once the keeper is connected;
+    # one that could not reach Temporal either ends the keeper within CONNECT_AFTER_END seconds.
     reading = asyncio.create_task(_read(reader, vouching))
-    connecting = asyncio.create_task(Client.connect(**connection.connect_options(settings)))
+    connecting = asyncio.create_task(Client.connect(**options))
     await asyncio.wait([reading, connecting], return_when=asyncio.FIRST_COMPLETED)
     if not connecting.done():
-        connecting.cancel()
-        return
+        connected, _ = await asyncio.wait([connecting], timeout=CONNECT_AFTER_END)
+        if not connected:
+            connecting.cancel()
+            return
     vouching.client = connecting.result()
     os.write(args.ready_fd, b"1")
     os.close(args.ready_fd)
