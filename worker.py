@@ -244,12 +244,12 @@ async def main() -> None:
     settings = load_settings()
     telemetry.setup_logging()
     telemetry.watch_gc_pauses()
-    keeper = start_keeper(settings)
     try:
         model = model_backend(settings)
     except ModelConfigError as err:
         fail(str(err))
         raise
+    keeper = start_keeper(settings)  # once the settings hold: a worker refused for them starts none
     check_provider(settings)
     client = await connect(settings)
     await check_search_attributes(client, client.namespace)

@@ -368,11 +368,18 @@ def main() -> None:
     # which it learns from its end of the pipe, so a worker shutting down gracefully is vouched for to the end.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    code = 0
     try:
         asyncio.run(_serve(args))
     except Exception as err:  # it cannot reach Temporal: the worker says so itself, and runs on with the pump
         log.error("liveness keeper stopped: %s", str(err).splitlines()[0] if str(err) else type(err).__name__)
-        raise SystemExit(1) from None
+        code = 1
+    # Out without the interpreter's finalization: the SDK's core threads may still call into Python while
+    # it tears down ("Fatal Python error: PyGILState_Release", seen on the worker's stderr when a worker
+    # with a bad model setting exited while its keeper was connecting). It holds no files of its own.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
