@@ -106,7 +106,7 @@ class Keeper:
         self._process: subprocess.Popen[bytes] | None = None
         self._ready = -1
         self.is_ready = False
-        self.dropped = 0
+        self._said_dropped = False
         self._said_gone = False
 
     def start(self) -> None:
@@ -150,17 +150,23 @@ class Keeper:
         if process is None or process.stdin is None:
             return
         if len(data) > select.PIPE_BUF:  # a longer write to a pipe may be split, and another line cut in two
-            self.dropped += 1
+            self._drop(f"a line of {len(data)} bytes")
             return
         try:
             os.write(process.stdin.fileno(), data)  # at most PIPE_BUF: all of it or nothing
         except BlockingIOError:
-            self.dropped += 1
+            self._drop("the pipe was full")
         except (BrokenPipeError, OSError, ValueError):
             if not self._said_gone:
                 self._said_gone = True
                 log.warning("the liveness keeper (pid %s) is gone (exit %s): attempts are kept alive by the "
                             "heartbeat pump alone", process.pid, process.poll())
+
+
+    def _drop(self, why: str) -> None:
+        if not self._said_dropped:
+            self._said_dropped = True
+            log.warning("liveness keeper: a line not sent (%s): that attempt has the heartbeat pump alone", why)
 
 
 def _b64(raw: bytes) -> str:
