@@ -41,7 +41,7 @@ class CourierGateway:
     def __init__(self, base_url: str, timeout_seconds: float = 5.0) -> None:
         self._base = base_url.rstrip("/")
         self._timeout = timeout_seconds
-        self._http = fenced_session()
+        self._http = fenced_session(self._base)
 
     def book(self, order_id: str, item_id: str, contact: str, client_reference: str) -> dict[str, Any]:
         body = {"order_id": order_id, "item_id": item_id, "contact": contact, "client_reference": client_reference}

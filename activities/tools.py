@@ -292,38 +292,43 @@ class ToolActivities:
 
     # --- writes to people and records --------------------------------------------------
 
+    # Each runs as one function in one thread: a hop to a thread and back costs more CPU than most of
+    # these reads, and a busy worker's profile counted them.
+
     @tool("write_confirmation")
     async def write_confirmation(self, call: ToolInput) -> ToolResult:
+        return await in_thread(self._write_confirmation, call)
+
+    def _write_confirmation(self, call: ToolInput) -> ToolResult:
         args = WriteConfirmationArgs.model_validate(call.arguments)
-        record = await self._order(args.order_id)
+        record = self._records.order(args.order_id)
         if record is None:
             return not_performed(call, "unknown_order", f"no order {args.order_id}")
-        await in_thread(upsert_confirmation, self._db, call.task_id, args.order_id, args.text)
+        upsert_confirmation(self._db, call.task_id, args.order_id, args.text)
         return ToolResult(tool=call.tool, outcome=Outcome.PERFORMED, intent_key=call.intent_key,
                           attempt=attempt_number(), data={"order_id": args.order_id})
 
     @tool("notify_customer")
     async def notify_customer(self, call: ToolInput) -> ToolResult:
-        return await self._to_party(call, NotifyCustomerArgs.model_validate(call.arguments), _CUSTOMER)
+        return await in_thread(self._to_party, call, NotifyCustomerArgs.model_validate(call.arguments), _CUSTOMER)
 
     @tool("message_seller")
     async def message_seller(self, call: ToolInput) -> ToolResult:
-        return await self._to_party(call, MessageSellerArgs.model_validate(call.arguments), _SELLER)
+        return await in_thread(self._to_party, call, MessageSellerArgs.model_validate(call.arguments), _SELLER)
 
-    async def _to_party(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs,
-                        party: _Party) -> ToolResult:
+    def _to_party(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs, party: _Party) -> ToolResult:
         """A message to a party of an order on record: its customer or its seller, never an address
         the model chose. Its money facts are checked before it is sent (`_money_statement`), then what
         it says of the other party (`_Party.withheld`); the money sentence is the product's, written
         from the records."""
-        record = await self._order(args.order_id)
+        record = self._records.order(args.order_id)
         if record is None:
             return not_performed(call, "unknown_order", f"no order {args.order_id}")
         order = record.order
         to = _Envelope(party.kind, party.address(order), party.subject.format(order_id=args.order_id))
-        if await in_thread(self._in_outbox, require_key(call)):  # sent already: answered as sent, not checked again
-            return await self._send(call, to, args.message)
-        statement = await in_thread(self._money_statement, call, args, record)
+        if self._in_outbox(require_key(call)):  # sent already: answered as sent, not checked again
+            return self._send(call, to, args.message)
+        statement = self._money_statement(call, args, record)
         if isinstance(statement, ToolResult):
             return statement
         body = compose(args.message, statement)
@@ -333,7 +338,7 @@ class ToolActivities:
                             f"the message holds the {' and the '.join(leaked)} of the order's other party; nothing "
                             f"was sent. Write it without them: each party is told only what is theirs.",
                             {"found": leaked})
-        return await self._send(call, to, body, statement)
+        return self._send(call, to, body, statement)
 
     def _money_statement(self, call: ToolInput, args: NotifyCustomerArgs | MessageSellerArgs,
                          record: OrderRecord) -> str | ToolResult | None:
@@ -356,28 +361,30 @@ class ToolActivities:
 
     @tool("schedule_pickup")
     async def schedule_pickup(self, call: ToolInput) -> ToolResult:
+        return await in_thread(self._schedule_pickup, call)
+
+    def _schedule_pickup(self, call: ToolInput) -> ToolResult:
         args = SchedulePickupArgs.model_validate(call.arguments)
-        record = await self._order(args.order_id)
+        record = self._records.order(args.order_id)
         if record is None or not any(i.item_id == args.item_id for i in record.order.items):
             return not_performed(call, "unknown_item", f"order {args.order_id} has no item {args.item_id}")
-        return await self._send(call, _Envelope("pickup", "courier", f"Pickup {args.order_id}/{args.item_id}"),
-                                f"Collect {args.item_id} from {record.order.customer_name}")
-
-    async def _order(self, order_id: str) -> OrderRecord | None:
-        return await in_thread(self._records.order, order_id)
+        return self._send(call, _Envelope("pickup", "courier", f"Pickup {args.order_id}/{args.item_id}"),
+                          f"Collect {args.item_id} from {record.order.customer_name}")
 
     @tool("send_email")
     async def send_email(self, call: ToolInput) -> ToolResult:
         """An email to a party on record; its money facts are checked as a message to an order's party's
         are: none in the subject or free text, the payment's status against the ledger and the provider."""
+        return await in_thread(self._send_email, call)
+
+    def _send_email(self, call: ToolInput) -> ToolResult:
         args = SendEmailArgs.model_validate(call.arguments)
-        if await in_thread(self._in_outbox, require_key(call)):  # sent already: answered as sent, not checked again
-            return await self._send(call, _Envelope("email", args.to, args.subject), args.body)
-        statement = await in_thread(self._payment_statement, call, args)
+        if self._in_outbox(require_key(call)):  # sent already: answered as sent, not checked again
+            return self._send(call, _Envelope("email", args.to, args.subject), args.body)
+        statement = self._payment_statement(call, args)
         if isinstance(statement, ToolResult):
             return statement
-        return await self._send(call, _Envelope("email", args.to, args.subject), compose(args.body, statement),
-                                statement)
+        return self._send(call, _Envelope("email", args.to, args.subject), compose(args.body, statement), statement)
 
     def _payment_statement(self, call: ToolInput, args: SendEmailArgs) -> str | ToolResult | None:
         """The money sentence for the email's `payment_status`, from the records; None when it states none;
@@ -396,7 +403,7 @@ class ToolActivities:
             return refused
         return payment_sentence(args.payment_status, invoice_id, truth.effects)
 
-    async def _send(self, call: ToolInput, to: _Envelope, body: str, statement: str | None = None) -> ToolResult:
+    def _send(self, call: ToolInput, to: _Envelope, body: str, statement: str | None = None) -> ToolResult:
         key = require_key(call)
         kind, recipient = to.kind, to.recipient
         message = Outgoing(intent_key=key, task_id=call.task_id, tool=call.tool, arguments=call.arguments,
@@ -405,7 +412,7 @@ class ToolActivities:
         problem = header_problem(message)
         if problem is not None:
             return not_performed(call, "unsafe_header", f"{problem}; nothing was sent")
-        sent = await in_thread(send_once, self._db, message, self._limits)
+        sent = send_once(self._db, message, self._limits)
         if isinstance(sent, OverCap):
             return _over_cap(call, recipient, sent)
         crash_point(f"{call.tool}:after_send")
