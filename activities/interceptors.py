@@ -59,6 +59,7 @@ class _Inbound(ActivityInboundInterceptor):
         client quoted (a URL's path and query, a key) never reaches the history or the worker's log."""
         info = activity.info()
         reached = datetime.now(UTC)  # the server started the attempt at info.started_time; its timers run from then
+        began = time.monotonic()  # the pump's clock: how long this attempt has run here
         crash_point(f"{info.activity_type}:start")
         beat = self._beat(info)
         keeper = self._keeper if beat is not None else None
@@ -86,7 +87,7 @@ class _Inbound(ActivityInboundInterceptor):
                 log.warning("attempt timed out while running: %s %s attempt %d (reached the worker %.2f s after"
                             " the server started it, ran %.2f s; %s)", info.workflow_id, info.activity_type,
                             info.attempt, (reached - info.started_time).total_seconds(),
-                            (datetime.now(UTC) - reached).total_seconds(), _beats(beat, reached))
+                            time.monotonic() - began, _beats(beat, began))
             raise
         finally:
             if beat is not None:
@@ -109,14 +110,13 @@ class _Inbound(ActivityInboundInterceptor):
                           f"{info.workflow_id}/{info.activity_type}#{info.attempt}")
 
 
-def _beats(beat: Beat | None, reached: datetime) -> str:
+def _beats(beat: Beat | None, began: float) -> str:
     """What the pump sent for an attempt, for the line above: whether liveness left this process in time."""
     if beat is None:
         return "no heartbeat timeout"
     if beat.first_sent is None:
         return "the pump sent no beat"
-    first = beat.first_sent - time.monotonic() + (datetime.now(UTC) - reached).total_seconds()
-    return f"the pump sent {beat.sent} beats, the first {first:.2f} s after it reached the worker"
+    return f"the pump sent {beat.sent} beats, the first {beat.first_sent - began:.2f} s after it reached the worker"
 
 
 def _through_loop(outbound: ActivityOutboundInterceptor) -> Send:

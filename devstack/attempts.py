@@ -230,10 +230,10 @@ def seen_in_log(path: Path) -> WorkerNotices:
     notices = WorkerNotices()
     for line in path.read_text(errors="replace").splitlines():
         try:
-            entry = json.loads(line)
-        except ValueError:
-            entry = line  # a line that is not ours (a crash's traceback)
-        notices.saw(entry.get("message", "") if isinstance(entry, dict) else str(entry))
+            message = json.loads(line).get("message", "")
+        except (ValueError, AttributeError):
+            message = line  # a line that is not ours (a crash's traceback)
+        notices.saw(message)
     return notices
 
 

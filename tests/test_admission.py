@@ -25,7 +25,8 @@ from temporalio.exceptions import ActivityError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.db import Database
-from activities.interceptors import WorkerInterceptor
+from activities.heartbeats import Beat, HeartbeatPump
+from activities.interceptors import WorkerInterceptor, _beats
 from activities.payments import StripeGateway
 from activities.world import World
 from devstack import attempts
@@ -264,7 +265,19 @@ def test_a_worker_process_log_counts_the_attempts_it_saw_timed_out(tmp_path):
         handler.close()
     with log_file.open("a") as f:
         f.write("Traceback (most recent call last):\n")
+        f.write("[1, 2]\n")  # JSON, but not one of our objects
     seen = attempts.seen_in_log(log_file)
-    assert seen.count == 2, seen.lines
+    assert seen.count == 2, seen.lines  # neither stray line is taken for a notice, nor stops the count
     assert seen.gc_pauses and all(p >= 0 for p in seen.gc_pauses), seen.gc_pauses
     assert seen.lines[0].startswith("attempt timed out while running: week-1 issue_refund attempt 1")
+
+
+def test_the_timed_out_line_says_when_the_first_beat_left_after_the_attempt_began():
+    """The interceptor's line for an attempt the server timed out: the pump's first beat, on the same
+    monotonic clock as the attempt's start, or that no beat left at all."""
+    beat = Beat(HeartbeatPump(), lambda: None, 0.8, "week-1/issue_refund#1")
+    began = time.monotonic()
+    assert _beats(beat, began) == "the pump sent no beat"
+    beat.sent, beat.first_sent = 3, began + 1.25
+    assert _beats(beat, began) == "the pump sent 3 beats, the first 1.25 s after it reached the worker"
+    assert _beats(None, began) == "no heartbeat timeout"
