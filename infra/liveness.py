@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import fcntl
 import logging
 import math
 import os
@@ -69,6 +70,7 @@ LOOK_EVERY = 1.0  # seconds between looks at the worker's process when nothing i
 STOPPED_LOOK_EVERY = 0.05  # the same while it is stopped: beats resume soon after it does
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONNECT_AFTER_END = 10.0  # seconds a keeper still connecting waits, once its worker has ended, to fail its attempts
+PIPE_BYTES = 1 << 20  # the worker's lines the pipe holds while the keeper is not reading (`_widen`)
 MAX_LINE = 1 << 16  # the keeper's limit per line; the worker writes none longer than PIPE_BUF (4,096 bytes)
 
 
@@ -123,6 +125,7 @@ class Keeper:
                 os.close(told)
             assert self._process.stdin is not None
             os.set_blocking(self._process.stdin.fileno(), False)
+            _widen(self._process.stdin.fileno())
 
     def wait_ready(self, timeout: float) -> bool:
         """Whether the keeper has connected to Temporal within `timeout` seconds (a worker does not wait: until
@@ -167,6 +170,21 @@ class Keeper:
         if not self._said_dropped:
             self._said_dropped = True
             log.warning("liveness keeper: a line not sent (%s): that attempt has the heartbeat pump alone", why)
+
+
+def _widen(fd: int) -> None:
+    """Room in the pipe for the attempts a worker begins before its keeper reads a line: the keeper takes
+    0.3-1.5 s to import and start, and a worker restarted under load begins hundreds of attempts in that
+    time. The default 64 KiB holds about 200 of them and the rest would be dropped: an attempt whose worker's
+    death is then told by its heartbeat timeout, and whose next workflow task waits out the sticky timeout.
+    1 MiB (about 3,000 attempts) is Linux's default ceiling for a pipe."""
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        return  # not Linux: the system's pipe size
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError as err:  # above /proc/sys/fs/pipe-max-size for an unprivileged process: say so, keep the default
+        log.warning("liveness keeper: its pipe stays at the system's size (%s): a burst of attempts while it"
+                    " starts may be left to the heartbeat pump", err.strerror)
 
 
 def _b64(raw: bytes) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from activities.heartbeats import HeartbeatPump
 from devstack.polling import poll_until
-from infra.liveness import GONE, RUNS, STOPPED, Vouching, process_state
+from infra.liveness import GONE, RUNS, STOPPED, Keeper, Vouching, process_state
 
 
 async def _state_becomes(pid: int, state: str) -> None:
@@ -35,6 +35,21 @@ async def test_a_stopped_worker_is_not_vouched_for_and_a_dead_one_is_gone():
         child.kill()
         child.wait()
     assert process_state(child.pid) == GONE
+
+
+def test_a_burst_of_attempts_while_the_keeper_starts_is_kept_for_it(caplog):
+    """A worker restarted under load begins hundreds of attempts before its keeper, still importing, reads a
+    line: the pipe holds them all. With the system's 64 KiB, lines were dropped, and a dropped attempt of a
+    worker killed soon after would wait out its heartbeat timeout and its sticky queue."""
+    keeper = Keeper("127.0.0.1:1", "default")  # it never connects; its lines are all this test reads
+    keeper.start()
+    try:
+        for n in range(2000):  # about 700 KB, written long before a new Python process reads stdin
+            keeper.vouch(os.urandom(200), 2.0, None, f"load-{n}", f"run-{n}")
+    finally:
+        assert keeper.pid is not None
+        os.kill(keeper.pid, signal.SIGKILL)
+    assert "a line not sent" not in caplog.text
 
 
 def test_lines_it_does_not_understand_change_nothing(caplog):
