@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from temporalio.api.enums.v1 import PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowHandle
@@ -20,6 +21,7 @@ from infra.settings import Settings
 from worker import Extensions, build_worker
 
 _counter = itertools.count(1)
+T = TypeVar("T")
 
 
 def scenario_task(name: str, **model_options) -> TaskInput:
@@ -45,15 +47,20 @@ async def finished(handle: WorkflowHandle, timeout: float = 240.0) -> TaskResult
                              f"{cp.waiting_for}; {await pending(handle)}") from None
 
 
-async def all_finished(handles: Sequence[WorkflowHandle], timeout: float = 240.0) -> list[TaskResult]:
-    """`finished` of each; the first that fails cancels the waits of the others (a bare gather leaves them
-    running past the test)."""
-    waits = [asyncio.ensure_future(finished(h, timeout)) for h in handles]
+async def all_of(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Each awaited together; the first that fails cancels the others (a bare gather leaves them running
+    past the test)."""
+    waits = [asyncio.ensure_future(a) for a in awaitables]
     try:
         return list(await asyncio.gather(*waits))
     finally:
         for wait in waits:
             wait.cancel()
+
+
+async def all_finished(handles: Sequence[WorkflowHandle], timeout: float = 240.0) -> list[TaskResult]:
+    """`finished` of each, through `all_of`."""
+    return await all_of(finished(h, timeout) for h in handles)
 
 
 async def pending(handle: WorkflowHandle) -> str:

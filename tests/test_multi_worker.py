@@ -18,7 +18,7 @@ from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
-from tests.helpers import checkpoint, start, unique, wait_for
+from tests.helpers import all_of, checkpoint, start, unique, wait_for
 
 TICKETS = 8
 
@@ -35,7 +35,7 @@ async def test_two_workers_share_the_queue_and_survive_one_being_killed(
     try:
         handles = [await start(client, settings, task) for task in tasks]
         assert await asyncio.to_thread(doomed.process.wait, 60) == -signal.SIGKILL
-        ends = await asyncio.gather(*(_settled(h) for h in handles))
+        ends = await all_of(_settled(h) for h in handles)
     except (AssertionError, TimeoutError):
         for log in ("doomed.log", "steady.log"):  # shown with the failure: what each worker said last
             print(f"--- {log}", *(tmp_path / log).read_text().splitlines()[-40:], sep="\n")
