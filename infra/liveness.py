@@ -141,8 +141,7 @@ class Keeper:
 
     def vouch(self, task_token: bytes, heartbeat_timeout: float, started: datetime | None, workflow_id: str,
               run_id: str) -> None:
-        at = (started or datetime.now(UTC)).timestamp()
-        self._send(f"+ {_b64(task_token)} {heartbeat_timeout:.3f} {at:.3f} {_b64(workflow_id.encode())} {run_id}\n")
+        self._send(vouch_line(task_token, heartbeat_timeout, started, workflow_id, run_id))
 
     def release(self, task_token: bytes) -> None:
         self._send(f"- {_b64(task_token)}\n")
@@ -185,6 +184,13 @@ def _widen(fd: int) -> None:
     except OSError as err:  # above /proc/sys/fs/pipe-max-size for an unprivileged process: say so, keep the default
         log.warning("liveness keeper: its pipe stays at the system's size (%s): a burst of attempts while it"
                     " starts may be left to the heartbeat pump", err.strerror)
+
+
+def vouch_line(task_token: bytes, heartbeat_timeout: float, started: datetime | None, workflow_id: str,
+               run_id: str) -> str:
+    """The line that tells the keeper an attempt began (`Vouching.take` reads it)."""
+    at = (started or datetime.now(UTC)).timestamp()
+    return f"+ {_b64(task_token)} {heartbeat_timeout:.3f} {at:.3f} {_b64(workflow_id.encode())} {run_id}\n"
 
 
 def _b64(raw: bytes) -> str:
@@ -352,7 +358,10 @@ async def _serve(args: argparse.Namespace) -> None:
             connecting.cancel()
             return
     vouching.client = connecting.result()
-    os.write(args.ready_fd, b"1")
+    try:
+        os.write(args.ready_fd, b"1")
+    except BrokenPipeError:  # the worker died while the keeper connected: no one to tell, its attempts to fail
+        pass
     os.close(args.ready_fd)
     beating = asyncio.create_task(vouching.beat_until_the_worker_is_gone())
     done, _ = await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
