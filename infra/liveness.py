@@ -356,7 +356,8 @@ async def _serve(args: argparse.Namespace) -> None:
         connected, _ = await asyncio.wait([connecting], timeout=CONNECT_AFTER_END)
         if not connected:
             connecting.cancel()
-            return
+            raise TimeoutError(f"its worker ended and Temporal did not answer within {CONNECT_AFTER_END:.0f} s:"
+                               f" {len(vouching.held)} attempt(s) left to their heartbeat timeouts")
     vouching.client = connecting.result()
     try:
         os.write(args.ready_fd, b"1")

@@ -48,19 +48,16 @@ async def finished(handle: WorkflowHandle, timeout: float = 240.0) -> TaskResult
 
 
 async def all_of(awaitables: Iterable[Awaitable[T]]) -> list[T]:
-    """Each awaited together; the first that fails cancels the others (a bare gather leaves them running
-    past the test)."""
-    waits = [asyncio.ensure_future(a) for a in awaitables]
+    """Each awaited together; the first that fails cancels the others and waits for them to end (a bare gather
+    leaves them running into the next test)."""
+    waits: list[asyncio.Future[T]] = []
     try:
-        return list(await asyncio.gather(*waits))
+        waits.extend(asyncio.ensure_future(a) for a in awaitables)
+        return await asyncio.gather(*waits)
     finally:
         for wait in waits:
             wait.cancel()
-
-
-async def all_finished(handles: Sequence[WorkflowHandle], timeout: float = 240.0) -> list[TaskResult]:
-    """`finished` of each, through `all_of`."""
-    return await all_of(finished(h, timeout) for h in handles)
+        await asyncio.gather(*waits, return_exceptions=True)
 
 
 async def pending(handle: WorkflowHandle) -> str:

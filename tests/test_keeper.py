@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -17,7 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from devstack.stack import Stack
-from infra.liveness import PROJECT_ROOT, WORKER_LOST, vouch_line
+from infra.liveness import CONNECT_AFTER_END, PROJECT_ROOT, WORKER_LOST, vouch_line
 
 HEARTBEAT = timedelta(seconds=120)  # longer than the test: only the keeper can end the first attempt in time
 TOKENS: dict[str, asyncio.Future[bytes]] = {}
@@ -44,6 +45,40 @@ class HeldByADeadWorker:
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=2))
 
 
+def _keeper(parent: int, address: str, namespace: str, lines: str) -> subprocess.Popen[bytes]:
+    """`python -m infra.liveness` for a worker that is gone: its lines are in the keeper's stdin, whose end of
+    the pipe is closed, and no one listens for "ready" (both ends closed with the dead worker)."""
+    unheard, ready = os.pipe()
+    os.close(unheard)
+    told, written = os.pipe()
+    with os.fdopen(written, "w") as worker_end:
+        worker_end.write(lines)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "infra.liveness", "--parent", str(parent), "--address", address,
+             "--namespace", namespace, "--ready-fd", str(ready)],
+            stdin=told, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, pass_fds=(ready,))
+    finally:
+        os.close(ready)
+        os.close(told)
+
+
+def _gone() -> int:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return dead.pid
+
+
+async def _ended(keeper: subprocess.Popen[bytes]) -> tuple[int, str]:
+    try:
+        output, _ = await asyncio.to_thread(keeper.communicate, timeout=60)
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+            keeper.wait()
+    return keeper.returncode, output.decode(errors="replace")
+
+
 async def test_a_worker_dead_before_its_keeper_connected_still_has_its_attempts_failed(client: Client, stack: Stack):
     """A worker killed within a second of its start (a crash loop; a restart under load) dies while its keeper
     is still connecting to Temporal. The keeper has the worker's lines; once connected it must fail those
@@ -51,26 +86,31 @@ async def test_a_worker_dead_before_its_keeper_connected_still_has_its_attempts_
     on that broken pipe, and each attempt waited out its heartbeat timeout)."""
     queue = f"keeper-{uuid.uuid4().hex[:8]}"
     TOKENS[queue] = asyncio.get_running_loop().create_future()
-    async with Worker(client, task_queue=queue, workflows=[HeldByADeadWorker], activities=[held_by_a_dead_worker],
-                      workflow_runner=UnsandboxedWorkflowRunner()):
-        handle = await client.start_workflow(HeldByADeadWorker.run, id=queue, task_queue=queue)
-        token = await asyncio.wait_for(TOKENS[queue], 60)
-        dead = subprocess.Popen(["true"])
-        dead.wait()  # the keeper's worker: gone before the keeper starts
-        unheard, ready = os.pipe()
-        os.close(unheard)  # the dead worker's end of "ready": closed with it
-        keeper = subprocess.Popen(
-            [sys.executable, "-m", "infra.liveness", "--parent", str(dead.pid), "--address", stack.address,
-             "--namespace", client.namespace, "--ready-fd", str(ready)],
-            stdin=subprocess.PIPE, cwd=PROJECT_ROOT, pass_fds=(ready,))
-        os.close(ready)
-        assert keeper.stdin is not None
-        keeper.stdin.write(vouch_line(token, HEARTBEAT.total_seconds(), None, queue,
-                                      handle.result_run_id or "").encode())
-        keeper.stdin.close()  # the worker's end of the keeper's pipe closes as it dies
-        assert await asyncio.to_thread(keeper.wait, 60) == 0
-        assert await asyncio.wait_for(handle.result(), 60) == 2
+    try:
+        async with Worker(client, task_queue=queue, workflows=[HeldByADeadWorker],
+                          activities=[held_by_a_dead_worker], workflow_runner=UnsandboxedWorkflowRunner()):
+            handle = await client.start_workflow(HeldByADeadWorker.run, id=queue, task_queue=queue)
+            token = await asyncio.wait_for(TOKENS[queue], 60)
+            line = vouch_line(token, HEARTBEAT.total_seconds(), None, queue, handle.result_run_id or "")
+            code, output = await _ended(_keeper(_gone(), stack.address, client.namespace, line))
+            assert code == 0, output
+            assert await asyncio.wait_for(handle.result(), 60) == 2
+    finally:
+        del TOKENS[queue]
     started = [event.activity_task_started_event_attributes async for event in handle.fetch_history_events()
                if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
     assert [s.attempt for s in started] == [2]  # a history keeps the last attempt's start only
     assert started[0].last_failure.application_failure_info.type == WORKER_LOST
+
+
+async def test_a_keeper_that_cannot_reach_temporal_after_its_worker_ended_says_so_and_fails():
+    """The same keeper, but Temporal accepts its connection and never answers: it gives up after
+    CONNECT_AFTER_END seconds, says in the worker's log what it leaves to the heartbeat timeouts, and exits
+    non-zero (it returned 0 without a word)."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()  # connections complete in the backlog and are never read
+        line = vouch_line(b"token", HEARTBEAT.total_seconds(), None, "wf", "run")
+        code, output = await _ended(_keeper(_gone(), f"127.0.0.1:{mute.getsockname()[1]}", "default", line))
+    assert code == 1, output
+    assert f"did not answer within {CONNECT_AFTER_END:.0f} s: 1 attempt(s) left to their heartbeat timeouts" in output
