@@ -60,7 +60,11 @@ state, or `awaiting_human`) and every kind asked for was drawn once, or `--chaos
 have passed. Then it reads the edge's
 fault counters, lifts the faults (which, in dedupe mode, also makes the edge forget saved keys
 like a fresh account: the tool must not rely on them), stops the killer, and polls every task
-with a deadline until each is completed, dead_lettered, cancelled or awaiting_human.
+with a deadline until each is completed, dead_lettered, cancelled or awaiting_human, and, since a
+request the edge still held may land until the longest hold has passed, until each task that waits
+for a person about an unknown outcome has read the world again after that (the task's own recheck:
+one that finds the refund withdraws the question and runs on, and a worker stopped under it would
+leave it half done).
 
 Then every worker is stopped, and the run waits until the ledger's longest settle horizon (and the
 edge's longest hold, for what the naive tool sent) has passed: nothing can land at the provider any
@@ -129,7 +133,7 @@ from temporalio.worker import Worker
 from activities.db import Database
 from activities.payments import StripeGateway
 from client import start_task
-from core.models import Checkpoint, TaskInput, TaskResult, ToolInput, ToolResult
+from core.models import AskAnswer, Checkpoint, TaskInput, TaskResult, ToolInput, ToolResult
 from core.names import STATUS_ATTR
 from devstack.attempts import cause_of
 from devstack.chaos_faults import KINDS, Kill, Killer, Outages, drop_database, run_database
@@ -370,6 +374,44 @@ class Tracker:
         pending = [(t, h) for t, h in self.handles.items() if self.states.get(t) not in FINAL]
         await asyncio.gather(*(one(t, h) for t, h in pending))
         return sum(1 for s in self.states.values() if s in SETTLED)
+
+
+class Rechecks:
+    """Which tasks awaiting a person will still read the world on their own: the read that asked (the last
+    `ask_a_person`) showed an unknown outcome the records may settle later (`recheck_seconds`: the task
+    reads again, `_recheck`), and no read since was scheduled after `since`."""
+
+    def __init__(self, client: Client, tracker: Tracker) -> None:
+        self._client = client
+        self._tracker = tracker
+        self._done: set[str] = set()  # read after `since`, or no recheck: nothing more comes while it waits
+
+    async def pending(self, since: float) -> list[str]:
+        waiting = [t for t, s in self._tracker.states.items() if s == "awaiting_human" and t not in self._done]
+        waits = await asyncio.gather(*(self._waits(self._tracker.handles[t], since) for t in waiting))
+        self._done.update(t for t, w in zip(waiting, waits, strict=True) if not w)
+        return [t for t, w in zip(waiting, waits, strict=True) if w]
+
+    async def _waits(self, handle: WorkflowHandle, since: float) -> bool:
+        reads: dict[int, tuple[float, str]] = {}
+        asked: Any = None  # the result payloads of the last read that asked
+        last_read = 0.0
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                name = event.activity_task_scheduled_event_attributes.activity_type.name
+                if name in ("inspect_intent", "ask_a_person"):
+                    reads[event.event_id] = (_ts(event), name)
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                done = event.activity_task_completed_event_attributes
+                if done.scheduled_event_id in reads:
+                    at, name = reads[done.scheduled_event_id]
+                    last_read = at
+                    if name == "ask_a_person":
+                        asked = done.result.payloads
+        if asked is None or last_read >= since:
+            return False
+        [answer] = await self._client.data_converter.decode(asked, [AskAnswer])
+        return answer.world.status == "unknown" and bool(answer.world.recheck_seconds)
 
 
 # --- kill -> resume from histories ---------------------------------------------------------------
@@ -613,9 +655,16 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
         say(f"[{mode}] killer stopped after {dict(killer.counts)}, faults lifted; waiting for every task")
 
+        # What the edge held when the faults lifted lands by `landed_by`; a task that asks a person about an
+        # unknown outcome reads the world again on its own (workflows/agent_task.py `_recheck`) and withdraws
+        # the question when it finds the refund. So it is settled only once it has read the world after
+        # `landed_by`: stopping the workers before would stop it mid-way and read as lost.
+        landed_by = time.time() + longest_hold(rules) + CLIENT_TIMEOUT
+        rechecks = Rechecks(client, tracker)
         t = time.monotonic()
         try:
-            await poll_until(lambda: _all_settled(tracker, tickets), "every task to settle", settle_timeout, 1.0)
+            await poll_until(lambda: _all_settled(tracker, tickets, rechecks, landed_by), "every task to settle",
+                             settle_timeout, 1.0)
         except TimeoutError:
             pass  # the judge names what did not settle: lost
         seconds["settle"] = time.monotonic() - t
@@ -628,7 +677,7 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         await naive_run
         naive = None
         t = time.monotonic()
-        await wait_until_quiet(database, at_least_until=time.time() + longest_hold(rules) + CLIENT_TIMEOUT)
+        await wait_until_quiet(database, at_least_until=landed_by)
         seconds["quiet"] = time.monotonic() - t
         say(f"[{mode}] every worker stopped, settle horizons passed; judging")
         verdict = await judge([judged(t) for t in plan], provider_url=stack.stripe_url, api_key=STRIPE_API_KEY,
@@ -666,8 +715,14 @@ async def _chaos_done(tracker: Tracker, tickets: int, killer: Killer) -> bool:
     return killer.first_round_done and await _all_settled(tracker, tickets)
 
 
-async def _all_settled(tracker: Tracker, tickets: int) -> bool:
-    return await tracker.refresh() >= tickets
+async def _all_settled(tracker: Tracker, tickets: int, rechecks: Rechecks | None = None,
+                       landed_by: float = 0.0) -> bool:
+    """Every task settled; with `rechecks`, also past `landed_by` with no task still to read the world."""
+    if await tracker.refresh() < tickets:
+        return False
+    if rechecks is None:
+        return True
+    return time.time() >= landed_by and not await rechecks.pending(landed_by)
 
 
 async def _resume_figures(client: Client, task_ids: list[str], killer: Killer, data_dir: Path | None = None
