@@ -70,6 +70,7 @@ LOOK_EVERY = 1.0  # seconds between looks at the worker's process when nothing i
 STOPPED_LOOK_EVERY = 0.05  # the same while it is stopped: beats resume soon after it does
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CONNECT_AFTER_END = 10.0  # seconds a keeper still connecting waits, once its worker has ended, to fail its attempts
+DRAIN_AFTER_END = 5.0  # seconds to read a gone worker's last lines; its pipe ends at once unless a child holds it
 PIPE_BYTES = 1 << 20  # the worker's lines the pipe holds while the keeper is not reading (`_widen`)
 MAX_LINE = 1 << 16  # the keeper's limit per line; the worker writes none longer than PIPE_BUF (4,096 bytes)
 
@@ -365,10 +366,13 @@ async def _serve(args: argparse.Namespace) -> None:
         pass
     os.close(args.ready_fd)
     beating = asyncio.create_task(vouching.beat_until_the_worker_is_gone())
-    done, _ = await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
+    if not reading.done():  # the worker is gone: take the lines it wrote just before, up to its pipe's end
+        await asyncio.wait([reading], timeout=DRAIN_AFTER_END)
     beating.cancel()
     reading.cancel()
-    broken = [task.exception() for task in done if task.exception() is not None]
+    broken = [task.exception() for task in (beating, reading)
+              if task.done() and not task.cancelled() and task.exception() is not None]
     if broken:  # our own fault, not the worker's end: leave its attempts to the pump and the server
         log.error("liveness keeper stopped: %s", broken[0])
         return

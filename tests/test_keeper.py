@@ -53,14 +53,19 @@ def _keeper(parent: int, address: str, namespace: str, lines: str) -> subprocess
     told, written = os.pipe()
     with os.fdopen(written, "w") as worker_end:
         worker_end.write(lines)
+    return _spawn(parent, address, namespace, told, ready)
+
+
+def _spawn(parent: int, address: str, namespace: str, stdin: int, ready: int) -> subprocess.Popen[bytes]:
+    """The keeper on `stdin` (a pipe's read end) saying "ready" on `ready`; both fds are closed here."""
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "infra.liveness", "--parent", str(parent), "--address", address,
              "--namespace", namespace, "--ready-fd", str(ready)],
-            stdin=told, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, pass_fds=(ready,))
+            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, pass_fds=(ready,))
     finally:
         os.close(ready)
-        os.close(told)
+        os.close(stdin)
 
 
 def _gone() -> int:
@@ -100,6 +105,34 @@ async def test_a_worker_dead_before_its_keeper_connected_still_has_its_attempts_
     started = [event.activity_task_started_event_attributes async for event in handle.fetch_history_events()
                if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
     assert [s.attempt for s in started] == [2]  # a history keeps the last attempt's start only
+    assert started[0].last_failure.application_failure_info.type == WORKER_LOST
+
+
+async def test_the_last_lines_of_a_worker_found_gone_are_still_taken(client: Client, stack: Stack):
+    """The keeper's beat loop can see the worker gone before its reader has taken the worker's last lines (a
+    worker that vouched for an attempt and died at once). Here the worker is gone before the keeper is
+    ready, and its line arrives just after: the keeper must read its pipe to the end before it fails what it
+    holds (it cancelled the reader, and the attempt waited out its heartbeat timeout)."""
+    queue = f"keeper-{uuid.uuid4().hex[:8]}"
+    TOKENS[queue] = asyncio.get_running_loop().create_future()
+    told, written = os.pipe()
+    heard, ready = os.pipe()
+    try:
+        async with Worker(client, task_queue=queue, workflows=[HeldByADeadWorker],
+                          activities=[held_by_a_dead_worker], workflow_runner=UnsandboxedWorkflowRunner()):
+            handle = await client.start_workflow(HeldByADeadWorker.run, id=queue, task_queue=queue)
+            token = await asyncio.wait_for(TOKENS[queue], 60)
+            keeper = _spawn(_gone(), stack.address, client.namespace, told, ready)
+            with os.fdopen(heard, "rb") as readiness, os.fdopen(written, "w") as worker_end:
+                assert await asyncio.to_thread(readiness.read, 1) == b"1"
+                worker_end.write(vouch_line(token, HEARTBEAT.total_seconds(), None, queue, handle.result_run_id or ""))
+            code, output = await _ended(keeper)
+            assert code == 0, output
+            assert await asyncio.wait_for(handle.result(), 60) == 2
+    finally:
+        del TOKENS[queue]
+    started = [event.activity_task_started_event_attributes async for event in handle.fetch_history_events()
+               if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
     assert started[0].last_failure.application_failure_info.type == WORKER_LOST
 
 
