@@ -385,12 +385,15 @@ class Rechecks:
         self._client = client
         self._tracker = tracker
         self._done: set[str] = set()  # read after `since`, or no recheck: nothing more comes while it waits
+        self.waited: set[str] = set()  # the tasks found still to read the world at least once
 
     async def pending(self, since: float) -> list[str]:
         waiting = [t for t, s in self._tracker.states.items() if s == "awaiting_human" and t not in self._done]
         waits = await asyncio.gather(*(self._waits(self._tracker.handles[t], since) for t in waiting))
         self._done.update(t for t, w in zip(waiting, waits, strict=True) if not w)
-        return [t for t, w in zip(waiting, waits, strict=True) if w]
+        pending = [t for t, w in zip(waiting, waits, strict=True) if w]
+        self.waited.update(pending)
+        return pending
 
     async def _waits(self, handle: WorkflowHandle, since: float) -> bool:
         reads: dict[int, tuple[float, str]] = {}
@@ -668,6 +671,8 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         except TimeoutError:
             pass  # the judge names what did not settle: lost
         seconds["settle"] = time.monotonic() - t
+        say(f"[{mode}] settled after {seconds['settle']:.0f} s; {len(rechecks.waited)} task(s) asking a person about "
+            "an unknown outcome waited for until they read the world after the held requests could land")
         killer.check_alive()
 
         # The judge reads a quiet world: every worker stopped, then the longest settle horizon waited out
