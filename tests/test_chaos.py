@@ -60,10 +60,9 @@ async def test_exactly_once_with_every_fault_kind(mode: str, ledger: str, kinds:
     assert report.resume["activity"] or report.resume["workflow_task"], shown  # a kill cut into work
     assert sum(report.faults.get(f"{kind}:POST", 0) for kind in POST_FAULTS) > 0, shown
     assert report.unexpected_worker_exits == 0, shown
-    # Every worker stopped. Not necessarily with 0: after a Temporal server restart a worker may hold a
-    # workflow it cannot evict ("Eviction processed, but 2 tasks remain": the workflow's run catches
-    # asyncio.CancelledError and goes on awaiting), hang at SIGTERM and be SIGKILLed (-9) by the stop.
-    assert report.stop_exit_codes and None not in report.stop_exit_codes, shown
+    # Every worker stopped on SIGTERM, with 0: a graceful shutdown within its 5 s. (A run being evicted
+    # re-raises its CancelledError: a worker holding one that went on awaiting hung here and was SIGKILLed.)
+    assert report.stop_exit_codes == [0, 0], shown
 
     assert verdict.lost == [], shown
     assert sum(t.end.state == "completed" for t in verdict.tickets.values()) > TICKETS // 2, shown  # it did the work
