@@ -60,13 +60,13 @@ state, or `awaiting_human`) and every kind asked for was drawn once, or `--chaos
 have passed. Then it reads the edge's
 fault counters, lifts the faults (which, in dedupe mode, also makes the edge forget saved keys
 like a fresh account: the tool must not rely on them), stops the killer, and polls every task
-with a deadline until each is completed, dead_lettered, cancelled or awaiting_human, and, since a
-request the edge still held may land until the longest hold has passed, until each task that waits
-for a person about an unknown outcome has read the world again after that (the task's own recheck:
-one that finds the refund withdraws the question and runs on, and a worker stopped under it would
-leave it half done).
+with a deadline until each is completed, dead_lettered, cancelled or awaiting_human, and each task
+awaiting a person is at rest: no activity or workflow task of its own open and no timer due before
+every worker has been stopped (`Restless`). A task that asked about an unknown outcome reads the world
+again on a timer and, once a refund the edge held has landed, withdraws its question and runs on; a
+worker stopped under it would leave it half done, and the judge would call it lost.
 
-Then every worker is stopped, and the run waits until the ledger's longest settle horizon (and the
+Then every worker is stopped (all at once), and the run waits until the ledger's longest settle horizon (and the
 edge's longest hold, for what the naive tool sent) has passed: nothing can land at the provider any
 more. Only then does the independent judge (devstack/judge/, which shares no code with the product)
 read the world: every refund and payment at the provider over its HTTP API, the ledger's tables with
@@ -133,7 +133,7 @@ from temporalio.worker import Worker
 from activities.db import Database
 from activities.payments import StripeGateway
 from client import start_task
-from core.models import AskAnswer, Checkpoint, TaskInput, TaskResult, ToolInput, ToolResult
+from core.models import Checkpoint, TaskInput, TaskResult, ToolInput, ToolResult
 from core.names import STATUS_ATTR
 from devstack.attempts import cause_of
 from devstack.chaos_faults import KINDS, Kill, Killer, Outages, drop_database, run_database
@@ -376,45 +376,61 @@ class Tracker:
         return sum(1 for s in self.states.values() if s in SETTLED)
 
 
-class Rechecks:
-    """Which tasks awaiting a person will still read the world on their own: the read that asked (the last
-    `ask_a_person`) showed an unknown outcome the records may settle later (`recheck_seconds`: the task
-    reads again, `_recheck`), and no read since was scheduled after `since`."""
+class Restless:
+    """Which tasks awaiting a person would still act on their own while the workers are being stopped. Such a
+    task reads the world again on a timer (workflows/agent_task.py `_recheck`, at doubling intervals) and,
+    when a refund that was held has landed, withdraws its question and runs on: stopped under it, it is left
+    half done, and the judge reads it as lost. A task is at rest when its history has no activity and no
+    workflow task open and no timer due before `until` (a timer that fires once every worker is gone wakes
+    nothing: the task still waits for its person)."""
 
-    def __init__(self, client: Client, tracker: Tracker) -> None:
-        self._client = client
+    def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker
-        self._done: set[str] = set()  # read after `since`, or no recheck: nothing more comes while it waits
-        self.waited: set[str] = set()  # the tasks found still to read the world at least once
+        self._sem = asyncio.Semaphore(16)
+        self.waited: set[str] = set()  # the tasks found restless at least once
 
-    async def pending(self, since: float) -> list[str]:
-        waiting = [t for t, s in self._tracker.states.items() if s == "awaiting_human" and t not in self._done]
-        waits = await asyncio.gather(*(self._waits(self._tracker.handles[t], since) for t in waiting))
-        self._done.update(t for t, w in zip(waiting, waits, strict=True) if not w)
-        pending = [t for t, w in zip(waiting, waits, strict=True) if w]
-        self.waited.update(pending)
-        return pending
+    async def tasks(self, until: float) -> list[str]:
+        waiting = [t for t, s in self._tracker.states.items() if s == "awaiting_human"]
+        restless = await asyncio.gather(*(self._restless(self._tracker.handles[t], until) for t in waiting))
+        found = [t for t, r in zip(waiting, restless, strict=True) if r]
+        self.waited.update(found)
+        return found
 
-    async def _waits(self, handle: WorkflowHandle, since: float) -> bool:
-        reads: dict[int, tuple[float, str]] = {}
-        asked: Any = None  # the result payloads of the last read that asked
-        last_read = 0.0
-        async for event in handle.fetch_history_events():
-            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                name = event.activity_task_scheduled_event_attributes.activity_type.name
-                if name in ("inspect_intent", "ask_a_person"):
-                    reads[event.event_id] = (_ts(event), name)
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-                done = event.activity_task_completed_event_attributes
-                if done.scheduled_event_id in reads:
-                    at, name = reads[done.scheduled_event_id]
-                    last_read = at
-                    if name == "ask_a_person":
-                        asked = done.result.payloads
-        if asked is None or last_read >= since:
-            return False
-        [answer] = await self._client.data_converter.decode(asked, [AskAnswer])
-        return answer.world.status == "unknown" and bool(answer.world.recheck_seconds)
+    async def _restless(self, handle: WorkflowHandle, until: float) -> bool:
+        activities: set[int] = set()
+        timers: dict[str, float] = {}  # timer id -> when it fires
+        workflow_task = False
+        try:
+            async with self._sem:
+                async for event in handle.fetch_history_events(rpc_timeout=_seconds(10)):
+                    kind = event.event_type
+                    if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                        activities.add(event.event_id)
+                    elif kind in _ACTIVITY_CLOSED:
+                        activities.discard(getattr(event, _ACTIVITY_CLOSED[kind]).scheduled_event_id)
+                    elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
+                        started = event.timer_started_event_attributes
+                        timers[started.timer_id] = _ts(event) + started.start_to_fire_timeout.ToMicroseconds() / 1e6
+                    elif kind in (EventType.EVENT_TYPE_TIMER_FIRED, EventType.EVENT_TYPE_TIMER_CANCELED):
+                        closed = (event.timer_fired_event_attributes if kind == EventType.EVENT_TYPE_TIMER_FIRED
+                                  else event.timer_canceled_event_attributes)
+                        timers.pop(closed.timer_id, None)
+                    elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+                        workflow_task = True
+                    elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                        workflow_task = False
+        except RPCError:
+            return True  # not known now (a server restarting): asked again at the next poll
+        return bool(activities) or workflow_task or any(at < until for at in timers.values())
+
+
+_ACTIVITY_CLOSED = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
+}
+STOPPING = 10.0  # seconds from the check that every task is at rest until every worker has had SIGTERM, at most
 
 
 # --- kill -> resume from histories ---------------------------------------------------------------
@@ -658,27 +674,26 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
         edge_call(stack.stripe_url, "PUT", "/_edge/config", {"mode": mode, "rules": []})
         say(f"[{mode}] killer stopped after {dict(killer.counts)}, faults lifted; waiting for every task")
 
-        # What the edge held when the faults lifted lands by `landed_by`; a task that asks a person about an
-        # unknown outcome reads the world again on its own (workflows/agent_task.py `_recheck`) and withdraws
-        # the question when it finds the refund. So it is settled only once it has read the world after
-        # `landed_by`: stopping the workers before would stop it mid-way and read as lost.
+        # What the edge held when the faults lifted has landed by `landed_by`.
         landed_by = time.time() + longest_hold(rules) + CLIENT_TIMEOUT
-        rechecks = Rechecks(client, tracker)
+        restless = Restless(tracker)
         t = time.monotonic()
         try:
-            await poll_until(lambda: _all_settled(tracker, tickets, rechecks, landed_by), "every task to settle",
+            await poll_until(lambda: _all_settled(tracker, tickets, restless), "every task to settle and rest",
                              settle_timeout, 1.0)
-        except TimeoutError:
-            pass  # the judge names what did not settle: lost
+            settled = f"settled after {time.monotonic() - t:.0f} s"
+        except TimeoutError:  # the judge names what did not settle: lost
+            settled = f"NOT settled within {settle_timeout:.0f} s"
         seconds["settle"] = time.monotonic() - t
-        say(f"[{mode}] settled after {seconds['settle']:.0f} s; {len(rechecks.waited)} task(s) asking a person about "
-            "an unknown outcome waited for until they read the world after the held requests could land")
+        say(f"[{mode}] {settled}; {len(restless.waited)} task(s) awaiting a person were waited for until no "
+            "timer of theirs could fire before the workers are stopped")
         killer.check_alive()
 
         # The judge reads a quiet world: every worker stopped, then the longest settle horizon waited out
         # (and the edge's longest hold, for what the naive tool, which keeps no ledger, may have sent).
-        codes = [await asyncio.to_thread(worker.stop) for worker in slots]
-        await naive.shutdown()
+        # All at once: a worker left serving while another stops could take a timer the rest check counted out.
+        codes, _ = await asyncio.gather(asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in slots)),
+                                        naive.shutdown())
         await naive_run
         naive = None
         t = time.monotonic()
@@ -720,14 +735,18 @@ async def _chaos_done(tracker: Tracker, tickets: int, killer: Killer) -> bool:
     return killer.first_round_done and await _all_settled(tracker, tickets)
 
 
-async def _all_settled(tracker: Tracker, tickets: int, rechecks: Rechecks | None = None,
-                       landed_by: float = 0.0) -> bool:
-    """Every task settled; with `rechecks`, also past `landed_by` with no task still to read the world."""
+async def _all_settled(tracker: Tracker, tickets: int, restless: Restless | None = None) -> bool:
+    """Every task settled; with `restless`, also every task awaiting a person at rest until the workers are
+    stopped, and the states read again after that (a task that acted meanwhile shows it there)."""
     if await tracker.refresh() < tickets:
         return False
-    if rechecks is None:
+    if restless is None:
         return True
-    return time.time() >= landed_by and not await rechecks.pending(landed_by)
+    waiting = {t for t, s in tracker.states.items() if s == "awaiting_human"}
+    if await restless.tasks(time.time() + STOPPING):
+        return False
+    return await tracker.refresh() >= tickets and waiting == {t for t, s in tracker.states.items()
+                                                              if s == "awaiting_human"}
 
 
 async def _resume_figures(client: Client, task_ids: list[str], killer: Killer, data_dir: Path | None = None

@@ -366,16 +366,19 @@ async def _serve(args: argparse.Namespace) -> None:
         pass
     os.close(args.ready_fd)
     beating = asyncio.create_task(vouching.beat_until_the_worker_is_gone())
-    await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
-    if not reading.done():  # the worker is gone: take the lines it wrote just before, up to its pipe's end
+    done, _ = await asyncio.wait([beating, reading], return_when=asyncio.FIRST_COMPLETED)
+    gone = beating in done and beating.exception() is None  # its process is gone, whatever its pipe says
+    if gone and not reading.done():  # take the lines it wrote just before, up to its pipe's end
         await asyncio.wait([reading], timeout=DRAIN_AFTER_END)
     beating.cancel()
     reading.cancel()
     broken = [task.exception() for task in (beating, reading)
               if task.done() and not task.cancelled() and task.exception() is not None]
-    if broken:  # our own fault, not the worker's end: leave its attempts to the pump and the server
+    if broken and not gone:  # our own fault, not the worker's end: leave its attempts to the pump and the server
         log.error("liveness keeper stopped: %s", broken[0])
         return
+    if broken:
+        log.warning("liveness keeper: the last lines of worker %d could not be read: %s", vouching.parent, broken[0])
     await vouching.worker_ended()
 
 
