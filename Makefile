@@ -29,7 +29,9 @@ CHECK_TESTS := tests/test_replay.py tests/test_render.py tests/test_redact.py te
   tests/test_decision_nonces.py tests/test_codec.py tests/test_packaging.py tests/test_bytecode.py \
   tests/test_localstripe_server.py tests/test_liveness.py tests/test_http_session.py \
   tests/test_bad_input.py::test_any_call_gets_a_structured_answer \
-  tests/test_bad_input.py::test_a_refund_call_is_valid_only_with_positive_integer_cents_and_known_fields
+  tests/test_bad_input.py::test_a_refund_call_is_valid_only_with_positive_integer_cents_and_known_fields \
+  tests/test_chaos.py::test_a_run_with_fewer_faults_than_asked_fails \
+  tests/test_chaos.py::test_a_task_awaiting_a_person_is_at_rest_only_when_nothing_of_its_own_can_run_before_the_stop
 check: lint types
 	$(PYTHON) -m pytest -q $(CHECK_TESTS)
 
