@@ -1,6 +1,7 @@
 """Load: the harness beside a bare Temporal workflow, on the same server, in one run.
 
-    python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--profile] [--worker-option NAME=VALUE ...]
+    python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--profile [--profile-side bare]]
+        [--worker-option NAME=VALUE ...]
 
 On a fresh local stack (Temporal dev server with the project's pragmas, localstripe behind the
 Stripe edge in dedupe mode with no faults) it runs:
@@ -20,8 +21,9 @@ activities/s); `--rounds` alternates which side goes first and the figures are t
 Latency: single tasks one after another (after a short warm-up), from start to result, p50/p99
 (nearest rank). Each side's worker runs in this process, alone while measured, with the same
 options; the CPU seconds of the Temporal server, localstripe and this process during each
-throughput phase show where the time goes. `--profile` runs one more harness round sampled by
-py-spy (devstack/profile.py) and prints where this process's Python CPU went.
+throughput phase show where the time goes. `--profile` runs one more round (of the harness, or of
+bare Temporal with `--profile-side bare`) sampled by py-spy (devstack/profile.py) and prints where
+this process's Python CPU went.
 
 Honesty: after the rounds, every task's history of each side is read (devstack/attempts.py) for the
 attempts the server timed out while the worker ran them (no worker is killed here, so every timeout
@@ -267,10 +269,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"round {r + 1} {side}: {rounds[side][-1]['tasks_per_s']:.1f} tasks/s", flush=True)
         profile = Profile()
         if args.profile:
-            async with load.harness_worker():
+            async with load.worker(args.profile_side):
                 with sampled(profile, args.profile_out):
-                    await load.throughput("harness", args.tickets, args.rounds)
-            load.seen("harness")
+                    await load.throughput(args.profile_side, args.tickets, args.rounds)
+            load.seen(args.profile_side)
             print("profiled round done", flush=True)
         honesty = await load.honesty()
     shown = {k: v for k, v in options.items() if k != "workflow_runner"}
@@ -284,7 +286,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
             "rounds": rounds,
             "tickets": args.tickets,
-            "profile": profile.table() if args.profile else None}
+            "profile": profile.table() if args.profile else None, "profile_side": args.profile_side}
 
 
 def report(result: dict[str, Any]) -> str:
@@ -322,7 +324,7 @@ def report(result: dict[str, Any]) -> str:
         lines += ["", "The worker's first lines about attempts timed out while running:", "",
                   *(f"    {line}" for line in result["notices"])]
     if result.get("profile"):
-        lines += ["", "Profile of one more harness round (worker and client in this process):", "",
+        lines += ["", f"Profile of one more {result['profile_side']} round (worker and client in this process):", "",
                   result["profile"]]
     return "\n".join(lines)
 
@@ -357,8 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gc-threshold", type=int, default=0,
                         help="gc.freeze() after start-up and this gen0 threshold (Python's default: 700)")
     parser.add_argument("--profile", action="store_true",
-                        help="after the measured rounds, one more harness round sampled by py-spy: where the "
+                        help="after the measured rounds, one more round sampled by py-spy: where the "
                              "worker's Python CPU goes, by library and by function")
+    parser.add_argument("--profile-side", choices=("harness", "bare"), default="harness",
+                        help="with --profile: which side's extra round is sampled (bare: to set a profile beside)")
     parser.add_argument("--profile-out", type=Path, metavar="FILE",
                         help="with --profile: keep py-spy's raw stacks here (collapsed format, for a flame graph)")
     parser.add_argument("--json", action="store_true")
