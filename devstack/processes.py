@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -45,11 +46,39 @@ class StartupError(StackError):
     """A child exited or did not become ready in time; the message has its log tail."""
 
 
+# Ports for our servers are picked below the OS's ephemeral range: a port there is handed to every
+# outbound connection and to every server that asks for any free port, as the Temporal dev server
+# does for its internal services and HTTP API, so one picked there could be taken between our pick
+# and our server's bind (a stack that failed to start once in a test session).
+_OWN_PORTS_FROM = 20000
+_picked: set[int] = set()
+_pick = random.Random()
+
+
+def ephemeral_ports() -> range:
+    """The ports the OS hands out for port 0 and outbound connections (Linux's default when unknown)."""
+    try:
+        low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1, free now, below the ephemeral range, and not picked before by this process."""
+    below = ephemeral_ports().start
+    for _ in range(100):
+        port = _pick.randrange(_OWN_PORTS_FROM, below) if below > _OWN_PORTS_FROM + 1000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            port = sock.getsockname()[1]
+        if port not in _picked:
+            _picked.add(port)
+            return port
+    raise ConfigError(f"no free TCP port on {LOOPBACK} in {_OWN_PORTS_FROM}-{below - 1} after 100 tries")
 
 
 def port_in_use(port: int) -> bool:
