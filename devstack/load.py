@@ -18,8 +18,9 @@ Both sides' workers get `worker.worker_options` (the settings' slots: admission 
 
 Throughput: N tasks started at once, from the first start to the last result (tasks/s and
 activities/s); `--rounds` alternates which side goes first and the figures are the mean.
-Latency: single tasks one after another (after a short warm-up), from start to result, p50/p99
-(nearest rank). Each side's worker runs in this process, alone while measured, with the same
+Latency: single tasks one after another, from start to result, p50/p99 (nearest rank), in three
+blocks per side that alternate which side goes first (each block after a short warm-up of its freshly
+started worker). Each side's worker runs in this process, alone while measured, with the same
 options; the CPU seconds of the Temporal server, localstripe and this process during each
 throughput phase show where the time goes. `--profile` runs one more round (of the harness, or of
 bare Temporal with `--profile-side bare`) sampled by py-spy (devstack/profile.py) and prints where
@@ -71,7 +72,8 @@ from infra.liveness import keeper_pid
 from infra.settings import Settings
 from worker import build_worker, worker_options
 
-WARMUP = 3
+WARMUP = 3  # unmeasured tasks after a worker starts, in each latency block
+LATENCY_BLOCKS = 3
 HARNESS_QUEUE, BARE_QUEUE = "load-harness", "load-bare"
 
 
@@ -96,6 +98,12 @@ def slots_described(settings: Settings, options: dict[str, Any]) -> str:
     workflow, activity_slots, local = settings.slots
     return (f"{settings.worker_tuner} tuner, slots: {workflow} workflow tasks, {activity_slots} activities, "
             f"{local} local activities")
+
+
+def split(total: int, parts: int) -> list[int]:
+    """`total` in `parts` near-equal shares, none empty: split(30, 3) == [10, 10, 10]."""
+    parts = max(1, min(parts, total))
+    return [total // parts + (1 if n < total % parts else 0) for n in range(parts)]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -183,6 +191,7 @@ class Load:
         return handle.result
 
     async def latency(self, side: str, count: int) -> list[float]:
+        """`count` tasks one after another, after WARMUP unmeasured ones (the worker was just started)."""
         seconds = []
         for i in range(WARMUP + count):
             started = time.perf_counter()
@@ -243,7 +252,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         settings = Settings(temporal_address=stack.address, task_queue=HARNESS_QUEUE,
                             stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
                             agent_db_path=Path(tmp) / "agent.db")
-        orders = (WARMUP + args.latency) + (args.rounds + args.profile) * args.tickets
+        orders = LATENCY_BLOCKS * WARMUP + args.latency + (args.rounds + args.profile) * args.tickets
         started = time.perf_counter()
         await asyncio.to_thread(seed_scenarios, Database(settings.agent_db_path),
                                 StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders)
@@ -252,11 +261,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                       runtime=attempts.forwarding_runtime())
         load = Load(client, settings, stack, options)
 
-        latency: dict[str, list[float]] = {}
-        for side in ("harness", "bare"):
-            async with load.worker(side):
-                latency[side] = await load.latency(side, args.latency)
-            load.seen(side)
+        # In blocks, alternating which side goes first, so that a drift of the machine or of the server's
+        # database over the phase weighs on both sides alike.
+        latency: dict[str, list[float]] = {"harness": [], "bare": []}
+        for block, share in enumerate(split(args.latency, LATENCY_BLOCKS)):
+            for side in ("harness", "bare") if block % 2 == 0 else ("bare", "harness"):
+                async with load.worker(side):
+                    latency[side] += await load.latency(side, share)
+                load.seen(side)
         print(f"latency measured; {load.activities_per_task} steps per task", flush=True)
 
         rounds: dict[str, list[dict[str, float]]] = {"harness": [], "bare": []}
