@@ -7,7 +7,7 @@ PYTHON := $(VENV)/bin/python
 CHROMIUM := /usr/bin/chromium
 COMPOSE := /usr/bin/docker-compose
 
-.PHONY: install demo test check lint types up down status bench record chaos soak sim load week resume eval
+.PHONY: install demo test check lint types up down status bench record chaos soak sim load week resume retries eval
 
 install: $(VENV)/.installed
 
@@ -95,6 +95,10 @@ week: $(VENV)/.installed
 # RESUME_ARGS="--mode survivor --load 300": the same while 300 other tickets run on the same workers.
 resume: $(VENV)/.installed
 	$(PYTHON) -m devstack.resume $(RESUME_ARGS)
+
+# Retries made on purpose beside 300 tasks at once: how late a retry (a crashed step's resume) starts.
+retries: $(VENV)/.installed
+	$(PYTHON) -m devstack.retry_probe $(RETRY_ARGS)
 
 # Tickets x provider conditions x model backends, graded on the world; exit 1 when a run outside
 # the naive baseline pays twice, loses its task or tells the customer something false.

@@ -49,6 +49,7 @@ class Stack:
     localstripe: LocalStripe | None = field(default=None, init=False)
     codec: CodecServer | None = field(default=None, init=False)
     codec_port: int = 8888
+    server_config: dict[str, str] = field(default_factory=dict)  # dynamic config values for the dev server
     workers: list[WorkerProcess] = field(default_factory=list, init=False)
     startup_seconds: dict[str, float] = field(default_factory=dict, init=False)
 
@@ -56,7 +57,8 @@ class Stack:
         self.data_dir = Path(self.data_dir).resolve()
 
     @classmethod
-    def for_tests(cls, data_dir: Path | str, *, headless: bool = True, with_worker: bool = False) -> Stack:
+    def for_tests(cls, data_dir: Path | str, *, headless: bool = True, with_worker: bool = False,
+                  server_config: dict[str, str] | None = None) -> Stack:
         """A stack on free ports in data_dir (e.g. pytest's tmp_path), UI off by default."""
         return cls(
             data_dir=Path(data_dir),
@@ -66,6 +68,7 @@ class Stack:
             codec_port=free_port(),
             headless=headless,
             with_worker=with_worker,
+            server_config=server_config or {},
         )
 
     @property
@@ -178,7 +181,7 @@ class Stack:
         self.temporal = TemporalDevServer(
             self.temporal_port, self.ui_port, self.temporal_db, self.log_file("temporal"),
             namespace=self.namespace, headless=self.headless,
-            codec_endpoint=self.codec.url if self.codec else None,
+            codec_endpoint=self.codec.url if self.codec else None, dynamic_config=self.server_config,
         )
         self.localstripe = LocalStripe(self.stripe_port, self.log_file("localstripe"),
                                        self.data_dir / "localstripe.pickle")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import json
 import os
 import re
 import secrets
@@ -32,6 +33,7 @@ from packaging.utils import canonicalize_name
 
 from activities.authority import new_key_file, public_key_text
 from core.names import SEARCH_ATTRIBUTES
+from devstack.processes import SERVER_PRAGMAS
 from infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +101,9 @@ def test_the_whole_system_and_nothing_deprecated(config: dict[str, Any]):
     folder = Path(mount.split(":")[0] if isinstance(mount, str) else mount["source"])
     flags = yaml.safe_load((folder / Path(dynamic).name).read_text())
     assert flags["activity.enableStandalone"] == [{"value": True}], "starter.py start's facts check needs it"
+    # The history queues' read rates and timer look-ahead the dev stack runs with (retries on time under load).
+    for key, value in SERVER_PRAGMAS.items():
+        assert flags.get(key) == [{"value": json.loads(value)}], key
 
 
 def test_the_ledger_is_postgresql_and_migrated_before_the_worker(config: dict[str, Any]):
