@@ -65,7 +65,7 @@ async def probe_step(number: int) -> list[float]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="retry-probe-") as tmp, \
-            Stack.for_tests(Path(tmp), server_config=dict(o.split("=", 1) for o in args.server_config)) as stack:
+            Stack.for_tests(Path(tmp), server_config=dict(args.server_config)) as stack:
         client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
         settings = Settings(temporal_address=stack.address, task_queue=QUEUE)
         options = worker_options(settings, disable_eager_activity_execution=not args.eager)
@@ -106,16 +106,23 @@ def report(result: dict[str, Any], limit: float) -> str:
         ordered = sorted(values)
         return (f"| {label} | {percentile(ordered, 50):.3f} / {percentile(ordered, 99):.3f} / {ordered[-1]:.3f} | "
                 f"{sum(v > limit for v in values)} |")
-    config = ", ".join(f"{k}={v}" for k, v in result["server_config"].items()) or "the dev server's defaults"
+    config = ", ".join(f"{k}={v}" for k, v in result["server_config"].items()) or "no change"
     return "\n".join([
         f"{result['probes']} retries beside {result['in_flight']} bare tasks in flight "
         f"({result['background_completed']:,} completed in {result['seconds']:.0f} s); eager first attempts "
-        f"{'on' if result['eager'] else 'off'}; {config}",
+        f"{'on' if result['eager'] else 'off'}; the dev stack's server settings, {config}",
         "",
         f"| a retry's wait | p50 / p99 / max, s | over {limit:g} s |", "|---|---|---|",
         row("from its schedule time to its start", result["waits"]),
         row(f"from the first attempt's failure to its start (with the {RETRY_AFTER.total_seconds():g} s interval)",
             result["from_failure"])])
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not (key and sep and value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=0.5, help="seconds between two probe starts")
     parser.add_argument("--no-eager", dest="eager", action="store_false",
                         help="disable eager activity execution: first attempts go through the queue too")
-    parser.add_argument("--server-config", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--server-config", action="append", default=[], metavar="KEY=VALUE", type=key_value,
                         help="a dynamic config value for the dev server, e.g. matching.numTaskqueueReadPartitions=1")
     parser.add_argument("--limit", type=float, default=2.0, help="a retry waiting longer fails the run")
     parser.add_argument("--json", action="store_true")
