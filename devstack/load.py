@@ -1,7 +1,7 @@
 """Load: the harness beside a bare Temporal workflow, on the same server, in one run.
 
     python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--profile [--profile-side bare]]
-        [--worker-option NAME=VALUE ...]
+        [--worker-option NAME=VALUE ...] [--server-config KEY=VALUE ...]
 
 On a fresh local stack (Temporal dev server with the project's pragmas, localstripe behind the
 Stripe edge in dedupe mode with no faults) it runs:
@@ -14,7 +14,8 @@ Stripe edge in dedupe mode with no faults) it runs:
   same steps cost on the same server with nothing of ours around them.
 
 Both sides' workers get `worker.worker_options` (the settings' slots: admission control), and
-`--worker-option` over it.
+`--worker-option` over it. `--server-config` sets the dev server's dynamic config over the stack's
+(`SERVER_PRAGMAS` in devstack/processes.py), for both sides alike.
 
 Throughput: N tasks started at once, from the first start to the last result (tasks/s and
 activities/s); `--rounds` alternates which side goes first and the figures are the mean.
@@ -65,7 +66,7 @@ from devstack.bench_bare import BARE_ACTIVITY, BareTaskWorkflow
 from devstack.profile import Profile, sampled
 from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
-from devstack.stack import STRIPE_API_KEY, Stack
+from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
 from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.liveness import keeper_pid
@@ -248,7 +249,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         gc.set_threshold(args.gc_threshold, 20, 20)
     if args.threads:
         loop.set_default_executor(ThreadPoolExecutor(max_workers=args.threads))
-    with tempfile.TemporaryDirectory(prefix="load-") as tmp, Stack.for_tests(Path(tmp)) as stack:
+    with tempfile.TemporaryDirectory(prefix="load-") as tmp, \
+            Stack.for_tests(Path(tmp), server_config=dict(args.server_config)) as stack:
         settings = Settings(temporal_address=stack.address, task_queue=HARNESS_QUEUE,
                             stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
                             agent_db_path=Path(tmp) / "agent.db")
@@ -297,7 +299,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "notices": load.notices.lines,
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
             "rounds": rounds,
-            "tickets": args.tickets,
+            "tickets": args.tickets, "server_config": dict(args.server_config),
             "profile": profile.table() if args.profile else None, "profile_side": args.profile_side}
 
 
@@ -313,7 +315,8 @@ def report(result: dict[str, Any]) -> str:
         f"{result['tickets']} tasks at once x {len(result['rounds']['harness'])} rounds per side, "
         f"{result['activities_per_task']} activities per task; {result['slots']}; "
         f"worker options {result['options'] or 'as build_worker'}"
-        + (f", {result['threads']} threads for blocking I/O" if result["threads"] else ""),
+        + (f", {result['threads']} threads for blocking I/O" if result["threads"] else "")
+        + f"; server config over the stack's: {result.get('server_config') or 'none'}",
         "",
         "| | harness | bare Temporal | harness / bare |",
         "|---|---|---|---|",
@@ -377,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --profile: which side's extra round is sampled (bare: to set a profile beside)")
     parser.add_argument("--profile-out", type=Path, metavar="FILE",
                         help="with --profile: keep py-spy's raw stacks here (collapsed format, for a flame graph)")
+    add_server_config_option(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = asyncio.run(run(args))

@@ -39,13 +39,13 @@ from temporalio.worker import Worker
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.load import bare_step, percentile
 from devstack.probe_workflow import PROBE_ACTIVITY, RETRY_AFTER, RetryProbeWorkflow
-from devstack.stack import Stack
+from devstack.stack import Stack, add_server_config_option
+from devstack.week import BARE_STEPS
 from infra.exit import run_main
 from infra.settings import Settings
 from worker import worker_options
 
 QUEUE = "retry-probe"
-BARE_STEPS = 7
 
 
 _failed_at: dict[int, float] = {}  # probe number -> when its first attempt failed (the worker runs in this process)
@@ -118,12 +118,6 @@ def report(result: dict[str, Any], limit: float) -> str:
             result["from_failure"])])
 
 
-def key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not (key and sep and value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key, value
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.retry_probe", description=__doc__.split("\n")[0])
@@ -132,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=0.5, help="seconds between two probe starts")
     parser.add_argument("--no-eager", dest="eager", action="store_false",
                         help="disable eager activity execution: first attempts go through the queue too")
-    parser.add_argument("--server-config", action="append", default=[], metavar="KEY=VALUE", type=key_value,
-                        help="a dynamic config value for the dev server, e.g. matching.numTaskqueueReadPartitions=1")
+    add_server_config_option(parser)
     parser.add_argument("--limit", type=float, default=2.0, help="a retry waiting longer fails the run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

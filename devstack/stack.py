@@ -7,6 +7,7 @@ runs never share a server, a provider store or a database.
 
 from __future__ import annotations
 
+import argparse
 import os
 import threading
 import time
@@ -31,6 +32,20 @@ DEFAULT_DATA_DIR = PROJECT_ROOT / ".local"
 STRIPE_API_KEY = "sk_test_local"
 DEMO_APPROVER = "demo@example.com"
 TASK_QUEUE = "agent-tasks"
+
+
+def add_server_config_option(parser: argparse.ArgumentParser) -> None:
+    """`--server-config KEY=VALUE`, repeatable: dynamic config for the dev server over `SERVER_PRAGMAS`."""
+    parser.add_argument("--server-config", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
+                        help="a dynamic config value for the dev server over the stack's, "
+                             "e.g. history.timerProcessorMaxPollRPS=20")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not (key and sep and value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
 
 
 @dataclass
