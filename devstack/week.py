@@ -1,6 +1,7 @@
 """A Sundry week: 4,200 generated refund tickets of a realistic mix, started at once, timed.
 
     python -m devstack.week [--tickets 4200] [--seed 1] [--fault-rate 0.03] [--json] [--logs DIR]
+                            [--server-config KEY=VALUE ...]
 
 On a fresh local stack (Temporal dev server, localstripe behind the Stripe edge in dedupe mode) with
 one worker, `python worker.py` in a process of its own, as a deployment runs it (this process only
@@ -67,7 +68,7 @@ from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
 from devstack.polling import poll_until
 from devstack.seed import seed_order
-from devstack.stack import STRIPE_API_KEY, Stack
+from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
 from infra.exit import run_main
 from infra.settings import Settings
 from infra.telemetry import GC_PAUSE_SAID
@@ -178,7 +179,8 @@ def judge(world: World, week: Plan, states: dict[str, str]) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory(prefix="week-") as tmp, Stack.for_tests(Path(tmp)) as stack:
+    with tempfile.TemporaryDirectory(prefix="week-") as tmp, \
+            Stack.for_tests(Path(tmp), server_config=dict(args.server_config)) as stack:
         settings = Settings(temporal_address=stack.address, task_queue=QUEUE, stripe_api_base=stack.stripe_url,
                             stripe_api_key=STRIPE_API_KEY, agent_db_path=stack.agent_db,
                             stripe_timeout_seconds=CLIENT_TIMEOUT, stripe_processing_window_seconds=WINDOW)
@@ -234,7 +236,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "states_by_kind": {k: dict(Counter(results.get(t.task.task_id, "lost")
                                                for t in week.tickets if t.kind == k))
                                for k in kinds},
-            "world": world, "bare_seconds": bare,
+            "world": world, "bare_seconds": bare, "server_config": stack.server_config,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "escalations_by_kind": {kind: dict(tally.escalations) for kind, tally in by_kind.items()
                                     if tally.escalations},
@@ -296,7 +298,8 @@ async def settle(client: Client, total: int, started: float, deadline: float) ->
 
 def report(r: dict[str, Any]) -> str:
     lines = [f"A Sundry week: {r['tickets']:,} tickets over {r['orders']:,} orders, one worker, "
-             f"refund POST faults {r['faults']}", "",
+             f"refund POST faults {r['faults']}; server config over the stack's: {r.get('server_config') or 'none'}",
+             "",
              "| | |", "|---|---|",
              f"| wall time, first start to last settled | {r['seconds']:.0f} s ({r['seconds'] / 60:.1f} min) |",
              f"| throughput | {r['tasks_per_s']:.1f} tasks/s |",
@@ -358,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-bare", action="store_true", help="skip bare Temporal's week beside it")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--logs", type=Path, help="keep both workers' log files in this folder")
+    add_server_config_option(parser)
     args = parser.parse_args(argv)
     result = asyncio.run(run(args))
     print()
