@@ -123,6 +123,24 @@ def cpu_seconds(pid: int | None) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def host_ticks() -> tuple[int, int]:
+    """(stolen, all) CPU ticks of the whole machine since boot, from /proc/stat; (0, 0) where unknown.
+
+    Stolen: time a virtual machine's CPUs were ready to run but the host ran another guest. On a
+    shared host it varies from run to run and slows both sides alike, so it is printed beside them."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]  # user .. steal
+    except OSError:
+        return 0, 0
+    ticks = [int(f) for f in fields]
+    return (ticks[7] if len(ticks) == 8 else 0), sum(ticks)
+
+
+def stolen_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    elapsed = after[1] - before[1]
+    return (after[0] - before[0]) / elapsed if elapsed > 0 else 0.0
+
+
 def sandbox_option(kind: str) -> dict[str, Any]:
     """`default`: the SDK's sandbox, which re-imports the workflow modules for every workflow run;
     `passthrough`: the sandbox, with our (deterministic, state-free) workflow modules imported once;
@@ -218,6 +236,7 @@ class Load:
                 "liveness keeper": keeper_pid(self.client)}
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         own = os.times()
+        host = host_ticks()
         sem = asyncio.Semaphore(50)
         tasks = self.tickets(count) if side == "harness" else [f"bare-{round_no}-{n}-{time.time_ns()}"
                                                               for n in range(count)]
@@ -235,7 +254,7 @@ class Load:
         after_own = os.times()
         cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
         cpu["load (client + worker)"] = (after_own.user + after_own.system) - (own.user + own.system)
-        return {"seconds": elapsed, "tasks_per_s": count / elapsed,
+        return {"seconds": elapsed, "tasks_per_s": count / elapsed, "stolen": stolen_share(host, host_ticks()),
                 "activities_per_s": count * self.activities_per_task / elapsed,
                 **{f"cpu:{k}": v for k, v in cpu.items()}}
 
@@ -334,6 +353,9 @@ def report(result: dict[str, Any]) -> str:
         h, b = mean("harness", key), mean("bare", key)
         lines.append(f"| CPU s per task: {key[4:]} | {h / result['tickets'] * 1000:.1f} ms | "
                      f"{b / result['tickets'] * 1000:.1f} ms | |")
+    if "stolen" in result["rounds"]["harness"][0]:
+        lines.append(f"| host CPU stolen by other guests during the rounds | {mean('harness', 'stolen'):.0%} | "
+                     f"{mean('bare', 'stolen'):.0%} | |")
     lines += attempts.rows(honest(result))
     if result["notices"]:
         lines += ["", "The worker's first lines about attempts timed out while running:", "",

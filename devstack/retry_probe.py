@@ -16,7 +16,8 @@ long it waited, from the time the server scheduled it and from the first attempt
 devstack/processes.py); `history.timerProcessorMaxPollRPS=20`, the server's default, made the
 late retries. `history.timerProcessorMaxTimeShift='"100ms"'` (default 1 s, the timer queue's
 look-ahead: a timer due sooner is moved past it) starts a retry 0.27 s after its failure instead of
-1.0 s, at a cost in the server's CPU not yet measured apart from the machine's noise.
+1.0 s, and cost the harness 7-9 points of its throughput ratio in two pairs of `make load` runs
+(docs/scale.md).
 Exit 1 when a retry started more than `--limit` seconds after its failure.
 """
 

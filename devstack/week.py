@@ -66,6 +66,7 @@ from core.names import STATUS_ATTR
 from devstack import attempts
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
+from devstack.load import host_ticks, stolen_share
 from devstack.polling import poll_until
 from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
@@ -202,10 +203,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         worker = stack.start_worker(stack.log_file("worker"), worker_env)
         try:
-            started = time.perf_counter()
+            started, host = time.perf_counter(), host_ticks()
             await asyncio.gather(*(start(t) for t in week.tickets))
             results = await settle(client, len(week.tickets), started, args.deadline)
             elapsed = time.perf_counter() - started
+            stolen = {"harness": stolen_share(host, host_ticks())}
         finally:
             worker.stop()
         faults = {k.removeprefix("fault:"): v for k, v in edge.stats().items()
@@ -213,8 +215,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         edge.configure("dedupe", [])
         world = judge(World(Database(settings.database), StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)),
                       week, results)
+        host = host_ticks()
         bare = None if args.no_bare else await bare_week(client, stack, worker_env, len(week.tickets),
                                                          args.deadline)
+        if bare is not None:
+            stolen["bare"] = stolen_share(host, host_ticks())
         by_kind = {kind: await attempts.read(client, [t.task.task_id for t in week.tickets if t.kind == kind])
                    for kind in dict.fromkeys(t.kind for t in week.tickets)}
         honesty = {"harness": sum(by_kind.values(), attempts.Attempts()),
@@ -237,6 +242,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                                for t in week.tickets if t.kind == k))
                                for k in kinds},
             "world": world, "bare_seconds": bare, "server_config": stack.server_config,
+            "stolen": stolen,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "escalations_by_kind": {kind: dict(tally.escalations) for kind, tally in by_kind.items()
                                     if tally.escalations},
@@ -304,6 +310,7 @@ def report(r: dict[str, Any]) -> str:
              f"| wall time, first start to last settled | {r['seconds']:.0f} s ({r['seconds'] / 60:.1f} min) |",
              f"| throughput | {r['tasks_per_s']:.1f} tasks/s |",
              *bare_rows(r),
+             *stolen_rows(r),
              f"| tickets by kind | {', '.join(f'{k} {v}' for k, v in r['kinds'].items())} |",
              f"| end states | {', '.join(f'{k} {v}' for k, v in r['states'].items())} |"]
     lines += [f"| end states, {kind} | {', '.join(f'{k} {v}' for k, v in states.items())} |"
@@ -348,6 +355,14 @@ def bare_rows(r: dict[str, Any]) -> list[str]:
     return [f"| bare Temporal: as many tasks of {BARE_STEPS} no-op steps, same server | {bare:.0f} s, "
             f"{r['tickets'] / bare:.1f} tasks/s |",
             f"| harness / bare | {r['seconds'] / bare:.2f}x the time, {bare / r['seconds']:.0%} of the throughput |"]
+
+
+def stolen_rows(r: dict[str, Any]) -> list[str]:
+    stolen = r.get("stolen", {})
+    if not stolen:
+        return []
+    shares = " / ".join(f"{share:.0%}" for share in stolen.values())
+    return [f"| host CPU stolen by other guests, {' / '.join(stolen)} | {shares} |"]
 
 
 def main(argv: list[str] | None = None) -> int:
