@@ -119,7 +119,6 @@ def report(result: dict[str, Any], limit: float) -> str:
             result["from_failure"])])
 
 
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.retry_probe", description=__doc__.split("\n")[0])
     parser.add_argument("--in-flight", type=int, default=300, help="bare tasks kept running at once")
