@@ -7,7 +7,8 @@ point's `CRASH_TASKS` prefix, so only the measured ticket's worker kills itself)
 paid order, seeded before the clock. When the seeded orders run out, no more start, and the report
 shows how many were in flight at each kill (the median and the fewest). After the run every
 background ticket is awaited and the provider read: one refund of the item's price per order, or
-the ticket is listed.
+the ticket is listed. Then every background ticket's history is read for timeouts that no kill
+explains: an attempt or workflow task timed out on a worker that was alive, only busy.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from temporalio.client import Client
 from activities.world import World
 from client import start_task
 from core.models import TaskResult
+from devstack.chaos import resumptions
+from devstack.chaos_faults import Kill
 from devstack.scenarios import batch_order, batch_ticket
 from infra.settings import Settings
 
 FIRST = 10001  # batch_order(FIRST) is B-10001: never under the measured tickets' prefix, ticket-B-0
 SETTLE_TIMEOUT = 300.0
 STARTERS = 16
+READERS = 16  # histories read at once after the run
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Background:
     taken: int = 0  # orders handed to a start, whether or not it started
     states: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    unexplained: Counter[str] = field(default_factory=Counter)  # timeouts no kill explains, by what timed out
     _tickets: list[_Ticket] = field(default_factory=list)
     _feeder: asyncio.Future[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -122,6 +127,18 @@ class Background:
             self.problems.append(f"{order.order_id}: {len(refunds)} refunds, {paid} of "
                                  f"{order.items[0].amount_cents} cents")
 
+    async def read_timeouts(self, kills: list[Kill]) -> None:
+        """Count each timeout in the tickets' histories that none of `kills` explains (a kill explains
+        one of an activity scheduled before it, or of its own worker's workflow tasks)."""
+        reading = asyncio.Semaphore(READERS)
+
+        async def read(ticket: _Ticket) -> None:
+            async with reading:
+                history = await ticket.handle.fetch_history()
+            self.unexplained.update(what for what, _ in resumptions(list(history.events), kills)[1])
+
+        await asyncio.gather(*(read(t) for t in self._tickets))
+
     def summary(self) -> dict[str, Any]:
         return {"in_flight": self.in_flight, "started": self.started, "states": dict(self.states),
-                "problems": self.problems}
+                "problems": self.problems, "unexplained_timeouts": dict(self.unexplained)}

@@ -308,6 +308,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             load.seen(args.profile_side)
             print("profiled round done", flush=True)
         honesty = await load.honesty()
+        server_config = stack.server_config
     shown = {k: v for k, v in options.items() if k != "workflow_runner"}
     if args.sandbox != "default":
         shown["sandbox"] = args.sandbox
@@ -318,7 +319,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "notices": load.notices.lines,
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
             "rounds": rounds,
-            "tickets": args.tickets, "server_config": dict(args.server_config),
+            "tickets": args.tickets, "server_config": server_config,
             "profile": profile.table() if args.profile else None, "profile_side": args.profile_side}
 
 

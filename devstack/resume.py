@@ -53,6 +53,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,7 +72,8 @@ from client import start_task
 from core import policies
 from core.models import TaskResult
 from devstack.background import FIRST, Background
-from devstack.chaos import Kill, _pid, _ts, edge_call, percentile, resumptions, worker_env
+from devstack.chaos import _pid, _ts, edge_call, percentile, resumptions, worker_env
+from devstack.chaos_faults import Kill
 from devstack.polling import poll_until
 from devstack.processes import WorkerProcess
 from devstack.scenarios import batch_order, batch_ticket
@@ -173,7 +175,7 @@ class ModeReport:
                                               if r.replacement_ready_s is not None]),
                 "completed": sum(1 for r in self.records if r.state == "completed"),
                 "refunded_once": sum(1 for r in self.records if r.once), "paid_twice": len(self.paid_twice),
-                "unattributed_timeouts": sum(len(r.unattributed) for r in self.records),
+                "unattributed_timeouts": dict(Counter(what for r in self.records for what in r.unattributed)),
                 "goal_met": _goal_met(self.resume), "seconds": round(self.seconds, 1),
                 "load_in_flight": stats([float(r.load_in_flight) for r in self.records
                                          if r.load_in_flight is not None and r.kill_at is not None]),
@@ -432,6 +434,8 @@ async def run_mode(mode: str, kills: int, data_dir: Path, point: str = DEFAULT_P
                 + "".join(f"; {line}" for line in record.problems + record.notes))
         if background is not None:
             await background.finish(world)
+            await background.read_timeouts([Kill(r.kill_at, 0, r.victim_pid, r.victim_exit)
+                                            for r in records if r.kill_at is not None])
         await asyncio.to_thread(supervisor.stop)
     finally:
         await asyncio.to_thread(stack.stop)
@@ -445,6 +449,10 @@ async def run_mode(mode: str, kills: int, data_dir: Path, point: str = DEFAULT_P
 
 def _three(stats: dict[str, float | None]) -> str:
     return " / ".join("-" if stats[k] is None else f"{stats[k]:.2f}" for k in ("p50", "p99", "max"))
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{what}: {n}" for what, n in sorted(counts.items())) or "0"
 
 
 def table(reports: list[ModeReport]) -> str:
@@ -474,7 +482,8 @@ def table(reports: list[ModeReport]) -> str:
            row("**refunded exactly once** (provider and ledger agree)",
                [f"{s['refunded_once']} of {s['tickets']}" for s in sums]),
            row("**paid twice** (must be 0)", [s["paid_twice"] for s in sums]),
-           row("timeouts no kill explains (a busy worker)", [s["unattributed_timeouts"] for s in sums]),
+           row("timeouts no kill explains (a busy worker), by what timed out",
+               [_counts(s["unattributed_timeouts"]) for s in sums]),
            row(f"goal: p50 <= {GOAL[0]:g} s and p99 <= {GOAL[1]:g} s", ["met" if s["goal_met"] else "NOT met"
                                                                          for s in sums]),
            row("wall time s", [f"{s['seconds']:.0f}" for s in sums])]
@@ -485,7 +494,9 @@ def table(reports: list[ModeReport]) -> str:
         out += [row("other tickets: started / end states", [f"{s['background']['started']} / "
                                                             f"{s['background']['states']}" for s in sums]),
                 row("**other tickets not refunded exactly once or not ended** (must be 0)",
-                    [len(s["background"]["problems"]) for s in sums])]
+                    [len(s["background"]["problems"]) for s in sums]),
+                row("other tickets: timeouts no kill explains (a busy worker), by what timed out",
+                    [_counts(s["background"]["unexplained_timeouts"]) for s in sums])]
     return "\n".join(out)
 
 

@@ -152,3 +152,41 @@ async def test_a_task_awaiting_a_person_is_at_rest_only_when_nothing_of_its_own_
     restless = Restless(tracker)
     assert sorted(await restless.tasks(now + 10)) == ["read done, workflow task open", "recheck due before the stop",
                                                       "recheck fired, its read running"]
+
+
+def test_a_timeout_is_explained_only_by_a_kill_of_its_own_window_and_worker():
+    """`resumptions` (devstack/chaos.py), which the chaos run and `make resume --load` judge every history by:
+    an attempt timed out and retried is a kill's only when the kill came after the attempt was scheduled; a
+    workflow task timed out on a sticky queue is a kill's only when the queue was the killed worker's. Any
+    other timeout is a busy worker's: counted, never folded into a resume figure."""
+    from temporalio.api.enums.v1 import TimeoutType
+    from temporalio.api.failure.v1 import Failure, TimeoutFailureInfo
+    from temporalio.api.taskqueue.v1 import TaskQueue
+
+    from devstack.chaos import resumptions
+    from devstack.chaos_faults import Kill
+
+    t0 = 1_000_000.0
+    heartbeat = Failure(timeout_failure_info=TimeoutFailureInfo(timeout_type=TimeoutType.TIMEOUT_TYPE_HEARTBEAT))
+    activity = [
+        _event(1, "WORKFLOW_TASK_COMPLETED", t0, workflow_task_completed_event_attributes={"identity": "41@host"}),
+        _event(2, "ACTIVITY_TASK_SCHEDULED", t0, activity_task_scheduled_event_attributes={
+            "activity_type": {"name": "issue_refund"}}),
+        _event(3, "ACTIVITY_TASK_STARTED", t0 + 3, activity_task_started_event_attributes={
+            "scheduled_event_id": 2, "attempt": 2, "last_failure": heartbeat, "identity": "42@host"}),
+    ]
+    sticky = [
+        _event(1, "WORKFLOW_TASK_SCHEDULED", t0, workflow_task_scheduled_event_attributes={
+            "task_queue": TaskQueue(name="41@host-3f2a")}),
+        _event(2, "WORKFLOW_TASK_TIMED_OUT", t0 + 10, workflow_task_timed_out_event_attributes={
+            "scheduled_event_id": 1, "timeout_type": TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START}),
+        _event(3, "WORKFLOW_TASK_STARTED", t0 + 10.5),
+    ]
+    killed_41 = Kill(t0 + 1, 0, 41, -9)
+    assert resumptions(activity, [killed_41]) == ([("activity", t0 + 1, 2.0)], [])
+    assert resumptions(activity, []) == ([], [("activity issue_refund heartbeat timeout", t0 + 3)])
+    before = Kill(t0 - 1, 0, 41, -9)  # it died before the attempt was scheduled: not this attempt's worker
+    assert resumptions(activity, [before])[1] == [("activity issue_refund heartbeat timeout", t0 + 3)]
+    assert resumptions(sticky, [killed_41]) == ([("workflow_task", t0 + 1, 9.5)], [])
+    assert resumptions(sticky, [Kill(t0 + 1, 0, 43, -9)]) == (
+        [], [("workflow task TIMEOUT_TYPE_SCHEDULE_TO_START", t0 + 10)])

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from devstack.load import host_ticks, split, stolen_share
-from devstack.processes import PROJECT_ROOT
+from devstack.processes import PROJECT_ROOT, SERVER_PRAGMAS
+from devstack.stack import Stack
 
 
 def test_latency_blocks_share_the_samples_out_evenly():
@@ -24,9 +26,21 @@ def test_the_stolen_share_is_of_the_whole_machine_between_two_readings():
     assert 0 <= stolen <= total and total > 0
 
 
+def test_the_dev_server_runs_with_a_server_config_in_place_of_the_stacks(tmp_path: Path):
+    key = "history.timerProcessorMaxPollRPS"
+    assert key in SERVER_PRAGMAS and SERVER_PRAGMAS[key] != "20"
+    with Stack.for_tests(tmp_path, server_config={key: "20"}) as stack:
+        assert stack.temporal is not None and stack.temporal.pid is not None
+        argv = Path(f"/proc/{stack.temporal.pid}/cmdline").read_bytes().split(b"\0")
+    values = [argv[i + 1].decode() for i, arg in enumerate(argv) if arg == b"--dynamic-config-value"]
+    assert [v for v in values if v.startswith(f"{key}=")] == [f"{key}=20"]
+    assert all(f"{k}={v}" in values for k, v in SERVER_PRAGMAS.items() if k != key)
+
+
 def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_escalated():
-    run = subprocess.run([sys.executable, "-m", "devstack.load", "--tickets", "8", "--latency", "4", "--rounds", "2",
-                          "--json", "--server-config", "history.timerProcessorMaxPollRPS=20"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    command = [sys.executable, "-m", "devstack.load", "--tickets", "8", "--latency", "4", "--rounds", "2", "--json",
+               "--server-config", "history.timerProcessorMaxPollRPS=20"]
+    run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(run.stdout[run.stdout.index("\n{") + 1:])
     assert {side: len(seconds) for side, seconds in result["latency"].items()} == {"harness": 4, "bare": 4}
