@@ -482,11 +482,13 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
                 continue
             scheduled = by_id.get(attrs.scheduled_event_id)
             lo = _ts(scheduled) if scheduled else 0.0
-            candidates = [k for k in kills if lo <= k.at and _explains(k, _ts(event))]
             # Eager dispatch runs an activity on the worker that completed the workflow task scheduling it.
             completer = next((e for e in reversed(events[:attrs.scheduled_event_id])
                               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED), None)
             pid = _pid(completer.workflow_task_completed_event_attributes.identity) if completer else None
+            # A kill after the scheduling explains the timeout; so does a kill of the completer before it: the
+            # dead worker's completion was still in flight, and the server handed the new activity back to it.
+            candidates = [k for k in kills if (lo <= k.at or k.pid == pid) and _explains(k, _ts(event))]
             kill = next((k for k in candidates if k.pid == pid), candidates[0] if candidates else None)
             if kill is None:
                 name = scheduled.activity_task_scheduled_event_attributes.activity_type.name if scheduled else "?"

@@ -156,7 +156,8 @@ async def test_a_task_awaiting_a_person_is_at_rest_only_when_nothing_of_its_own_
 
 def test_a_timeout_is_explained_only_by_a_kill_of_its_own_window_and_worker():
     """`resumptions` (devstack/chaos.py), which the chaos run and `make resume --load` judge every history by:
-    an attempt timed out and retried is a kill's only when the kill came after the attempt was scheduled; a
+    an attempt timed out and retried is a kill's only when the kill came after the attempt was scheduled, or
+    killed the worker whose completion (still in flight) scheduled it and was handed the attempt eagerly; a
     workflow task timed out on a sticky queue is a kill's only when the queue was the killed worker's. Any
     other timeout is a busy worker's: counted, never folded into a resume figure."""
     from temporalio.api.enums.v1 import TimeoutType
@@ -185,8 +186,10 @@ def test_a_timeout_is_explained_only_by_a_kill_of_its_own_window_and_worker():
     killed_41 = Kill(t0 + 1, 0, 41, -9)
     assert resumptions(activity, [killed_41]) == ([("activity", t0 + 1, 2.0)], [])
     assert resumptions(activity, []) == ([], [("activity issue_refund heartbeat timeout", t0 + 3)])
-    before = Kill(t0 - 1, 0, 41, -9)  # it died before the attempt was scheduled: not this attempt's worker
-    assert resumptions(activity, [before])[1] == [("activity issue_refund heartbeat timeout", t0 + 3)]
+    other = Kill(t0 - 0.5, 0, 43, -9)  # another worker, dead before the attempt was scheduled: not its worker's
+    assert resumptions(activity, [other])[1] == [("activity issue_refund heartbeat timeout", t0 + 3)]
+    # the completer died with its completion in flight: the server scheduled the attempt and handed it to the dead
+    assert resumptions(activity, [Kill(t0 - 0.5, 0, 41, -9)]) == ([("activity", t0 - 0.5, 3.5)], [])
     assert resumptions(sticky, [killed_41]) == ([("workflow_task", t0 + 1, 9.5)], [])
     assert resumptions(sticky, [Kill(t0 + 1, 0, 43, -9)]) == (
         [], [("workflow task TIMEOUT_TYPE_SCHEDULE_TO_START", t0 + 10)])
