@@ -31,7 +31,8 @@ CHECK_TESTS := tests/test_replay.py tests/test_render.py tests/test_redact.py te
   tests/test_bad_input.py::test_any_call_gets_a_structured_answer \
   tests/test_bad_input.py::test_a_refund_call_is_valid_only_with_positive_integer_cents_and_known_fields \
   tests/test_chaos.py::test_a_run_with_fewer_faults_than_asked_fails \
-  tests/test_chaos.py::test_a_task_awaiting_a_person_is_at_rest_only_when_nothing_of_its_own_can_run_before_the_stop
+  tests/test_chaos.py::test_a_task_awaiting_a_person_is_at_rest_only_when_nothing_of_its_own_can_run_before_the_stop \
+  tests/test_chaos.py::test_a_timeout_is_explained_only_by_a_kill_of_its_own_window_and_worker
 check: lint types
 	$(PYTHON) -m pytest -q $(CHECK_TESTS)
 
