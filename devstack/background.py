@@ -23,7 +23,7 @@ from temporalio.client import Client
 from activities.world import World
 from client import start_task
 from core.models import TaskResult
-from devstack.chaos import resumptions
+from devstack.chaos import HANDED_TO_DEAD, resumptions
 from devstack.chaos_faults import Kill
 from devstack.scenarios import batch_order, batch_ticket
 from infra.settings import Settings
@@ -52,7 +52,8 @@ class Background:
     taken: int = 0  # orders handed to a start, whether or not it started
     states: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
-    unexplained: Counter[str] = field(default_factory=Counter)  # timeouts no kill explains, by what timed out
+    unattributed: Counter[str] = field(default_factory=Counter)  # timeouts no kill explains, by what timed out
+    handed_to_dead: int = 0  # activities a dying worker's last completion scheduled, handed back to it
     _tickets: list[_Ticket] = field(default_factory=list)
     _feeder: asyncio.Future[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -128,17 +129,21 @@ class Background:
                                  f"{order.items[0].amount_cents} cents")
 
     async def read_timeouts(self, kills: list[Kill]) -> None:
-        """Count each timeout in the tickets' histories that none of `kills` explains (a kill explains
-        one of an activity scheduled before it, or of its own worker's workflow tasks)."""
+        """Count each timeout in the tickets' histories that none of `kills` explains (devstack/chaos.py
+        `resumptions`: a kill explains the timeout of an activity scheduled before it or by its worker's
+        last completion, and of its own worker's workflow tasks), and those handed to a dying worker."""
         reading = asyncio.Semaphore(READERS)
 
         async def read(ticket: _Ticket) -> None:
             async with reading:
                 history = await ticket.handle.fetch_history()
-            self.unexplained.update(what for what, _ in resumptions(list(history.events), kills)[1])
+            found, missed = resumptions(list(history.events), kills)
+            self.unattributed.update(what for what, _ in missed)
+            self.handed_to_dead += sum(kind == HANDED_TO_DEAD for kind, _, _ in found)
 
         await asyncio.gather(*(read(t) for t in self._tickets))
 
     def summary(self) -> dict[str, Any]:
         return {"in_flight": self.in_flight, "started": self.started, "states": dict(self.states),
-                "problems": self.problems, "unexplained_timeouts": dict(self.unexplained)}
+                "problems": self.problems, "unattributed_timeouts": dict(self.unattributed),
+                "handed_to_dead": self.handed_to_dead}

@@ -467,10 +467,17 @@ def _interrupted(failure: Failure) -> bool:
         TimeoutType.TIMEOUT_TYPE_HEARTBEAT, TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE)
 
 
+# A workflow task completion a worker sent just before it was killed or stopped reaches the server
+# this long after at most (1-8 ms seen): an activity it scheduled later is not the kill's.
+IN_FLIGHT = 1.0
+HANDED_TO_DEAD = "handed_to_dead"
+
+
 def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float, float]], list[tuple[str, float]]]:
     """(kind, kill time, seconds from kill to resume) per interrupted step of one history, and
     (description, time) of each timeout that no kill explains. `kills` may hold pauses too: a step
-    whose timeout a pause explains is of kind `paused`."""
+    whose timeout a pause explains is of kind `paused`. Kind `handed_to_dead`: an activity scheduled by
+    the completion a worker had in flight as it was killed, which the server handed back to it."""
     found: list[tuple[str, float, float]] = []
     unattributed: list[tuple[str, float]] = []
     by_id = {e.event_id: e for e in events}
@@ -486,15 +493,18 @@ def resumptions(events: list, kills: list[Kill]) -> tuple[list[tuple[str, float,
             completer = next((e for e in reversed(events[:attrs.scheduled_event_id])
                               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED), None)
             pid = _pid(completer.workflow_task_completed_event_attributes.identity) if completer else None
-            # A kill after the scheduling explains the timeout; so does a kill of the completer before it: the
-            # dead worker's completion was still in flight, and the server handed the new activity back to it.
-            candidates = [k for k in kills if (lo <= k.at or k.pid == pid) and _explains(k, _ts(event))]
+            # A kill after the scheduling explains the timeout, whichever worker ran the attempt (a history
+            # does not name a failed attempt's worker); so does a kill of the completer just before it: its
+            # completion was still in flight, and the server handed the new activity back to the dead worker.
+            candidates = [k for k in kills if _explains(k, _ts(event))
+                          and (lo <= k.at or (k.pid == pid and lo <= k.at + IN_FLIGHT))]
             kill = next((k for k in candidates if k.pid == pid), candidates[0] if candidates else None)
             if kill is None:
                 name = scheduled.activity_task_scheduled_event_attributes.activity_type.name if scheduled else "?"
                 unattributed.append((f"activity {name} {cause_of(failure)}", _ts(event)))
             else:
-                found.append(("paused" if kill.paused_for else "activity", kill.at, _ts(event) - kill.at))
+                kind = "paused" if kill.paused_for else "activity" if lo <= kill.at else HANDED_TO_DEAD
+                found.append((kind, kill.at, _ts(event) - kill.at))
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
             attrs = event.workflow_task_timed_out_event_attributes
             resumed = next((e for e in events[i + 1:]
@@ -772,7 +782,7 @@ async def _resume_figures(client: Client, task_ids: list[str], killer: Killer, d
             if kind == "paused":  # its worker stopped and woke up: not a kill -> resume figure
                 paused += 1
             else:
-                resume[kind].append(delay)
+                resume["activity" if kind == HANDED_TO_DEAD else kind].append(delay)
     if data_dir is not None:
         (data_dir / "kills.json").write_text(json.dumps({"kills": [k.__dict__ for k in killer.kills],
                                                          "pauses": [p.__dict__ for p in killer.pauses]}, indent=1))
@@ -850,7 +860,7 @@ def table(reports: list[ChaosReport]) -> str:
                        [f"{_fmt(percentile(r.resume[kind], 50))} / {_fmt(percentile(r.resume[kind], 99))}"
                         for r in reports]))
     out.append(row("timeouts of a paused worker (not in the figures above)", [r.paused_timeouts for r in reports]))
-    out.append(row("timeouts with no kill or pause in their window (a busy worker; not in the figures above)",
+    out.append(row("timeouts no kill or pause explains (a busy worker; not in the figures above)",
                    [len(r.unattributed_timeouts) for r in reports]))
     out.append(row("unexpected worker exits (not killed by us)", [r.unexpected_worker_exits for r in reports]))
     out.append(row("wall time: chaos / settle after lifting / quiet (horizons) / total s",

@@ -496,7 +496,9 @@ def table(reports: list[ModeReport]) -> str:
                 row("**other tickets not refunded exactly once or not ended** (must be 0)",
                     [len(s["background"]["problems"]) for s in sums]),
                 row("other tickets: timeouts no kill explains (a busy worker), by what timed out",
-                    [_counts(s["background"]["unexplained_timeouts"]) for s in sums])]
+                    [_counts(s["background"]["unattributed_timeouts"]) for s in sums]),
+                row("other tickets: activities a dying worker's last completion scheduled, handed back to it "
+                    "(run again after their heartbeat timeout)", [s["background"]["handed_to_dead"] for s in sums])]
     return "\n".join(out)
 
 

@@ -157,7 +157,7 @@ async def test_a_task_awaiting_a_person_is_at_rest_only_when_nothing_of_its_own_
 def test_a_timeout_is_explained_only_by_a_kill_of_its_own_window_and_worker():
     """`resumptions` (devstack/chaos.py), which the chaos run and `make resume --load` judge every history by:
     an attempt timed out and retried is a kill's only when the kill came after the attempt was scheduled, or
-    killed the worker whose completion (still in flight) scheduled it and was handed the attempt eagerly; a
+    killed the worker whose completion, still in flight, scheduled it (and was handed the attempt eagerly); a
     workflow task timed out on a sticky queue is a kill's only when the queue was the killed worker's. Any
     other timeout is a busy worker's: counted, never folded into a resume figure."""
     from temporalio.api.enums.v1 import TimeoutType
@@ -189,7 +189,12 @@ def test_a_timeout_is_explained_only_by_a_kill_of_its_own_window_and_worker():
     other = Kill(t0 - 0.5, 0, 43, -9)  # another worker, dead before the attempt was scheduled: not its worker's
     assert resumptions(activity, [other])[1] == [("activity issue_refund heartbeat timeout", t0 + 3)]
     # the completer died with its completion in flight: the server scheduled the attempt and handed it to the dead
-    assert resumptions(activity, [Kill(t0 - 0.5, 0, 41, -9)]) == ([("activity", t0 - 0.5, 3.5)], [])
+    assert resumptions(activity, [Kill(t0 - 0.5, 0, 41, -9)]) == ([("handed_to_dead", t0 - 0.5, 3.5)], [])
+    # but not a completion long after its worker's death (a reused pid), nor one after its pause ended
+    for long_before in (Kill(t0 - 100, 0, 41, -9), Kill(t0 - 5, 0, 41, None, paused_for=3.0)):
+        assert resumptions(activity, [long_before])[1] == [("activity issue_refund heartbeat timeout", t0 + 3)]
+    # a pause in which the completion was in flight: the pause's
+    assert resumptions(activity, [Kill(t0 - 0.5, 0, 41, None, paused_for=4.0)])[0] == [("paused", t0 - 0.5, 3.5)]
     assert resumptions(sticky, [killed_41]) == ([("workflow_task", t0 + 1, 9.5)], [])
     assert resumptions(sticky, [Kill(t0 + 1, 0, 43, -9)]) == (
         [], [("workflow task TIMEOUT_TYPE_SCHEDULE_TO_START", t0 + 10)])
