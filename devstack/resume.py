@@ -72,7 +72,7 @@ from client import start_task
 from core import policies
 from core.models import TaskResult
 from devstack.background import FIRST, Background
-from devstack.chaos import _pid, _ts, edge_call, percentile, resumptions, worker_env
+from devstack.chaos import HANDED_TO_DEAD, _pid, _ts, edge_call, percentile, resumptions, worker_env
 from devstack.chaos_faults import Kill
 from devstack.polling import poll_until
 from devstack.processes import WorkerProcess
@@ -112,6 +112,7 @@ class KillRecord:
     timed_out_s: float | None = None         # kill -> the server timed the dead attempt out
     workflow_task_s: list[float] = field(default_factory=list)  # kill -> next workflow task started
     unattributed: list[str] = field(default_factory=list)      # timeouts no kill explains
+    handed_to_dead: int = 0  # activities the dying worker's last completion scheduled, handed back to it
     replacement_startup_s: float | None = None  # the restarted worker: start to ready
     replacement_ready_s: float | None = None    # restart mode: kill -> replacement ready
     step_done_s: float | None = None         # kill -> the step completed
@@ -176,10 +177,15 @@ class ModeReport:
                 "completed": sum(1 for r in self.records if r.state == "completed"),
                 "refunded_once": sum(1 for r in self.records if r.once), "paid_twice": len(self.paid_twice),
                 "unattributed_timeouts": dict(Counter(what for r in self.records for what in r.unattributed)),
+                "handed_to_dead": sum(r.handed_to_dead for r in self.records),
                 "goal_met": _goal_met(self.resume), "seconds": round(self.seconds, 1),
                 "load_in_flight": stats([float(r.load_in_flight) for r in self.records
                                          if r.load_in_flight is not None and r.kill_at is not None]),
                 "background": self.background}
+
+
+_HANDED = ("activities a dying worker's last completion scheduled, handed back to it (run again after their "
+           "heartbeat timeout)")
 
 
 def _goal_met(values: list[float]) -> bool:
@@ -325,6 +331,7 @@ def _measure(record: KillRecord, events: list, watch: Watch) -> None:
     kill = Kill(record.kill_at, 0, record.victim_pid, record.victim_exit)
     found, missed = resumptions(events, [kill])
     record.unattributed = [what for what, _ in missed]
+    record.handed_to_dead = sum(kind == HANDED_TO_DEAD for kind, _, _ in found)
     record.workflow_task_s = [round(d, 3) for kind, _, d in found if kind == "workflow_task"]
     by_id = {e.event_id: e for e in events}
     retried = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
@@ -484,6 +491,7 @@ def table(reports: list[ModeReport]) -> str:
            row("**paid twice** (must be 0)", [s["paid_twice"] for s in sums]),
            row("timeouts no kill explains (a busy worker), by what timed out",
                [_counts(s["unattributed_timeouts"]) for s in sums]),
+           row(_HANDED, [s["handed_to_dead"] for s in sums]),
            row(f"goal: p50 <= {GOAL[0]:g} s and p99 <= {GOAL[1]:g} s", ["met" if s["goal_met"] else "NOT met"
                                                                          for s in sums]),
            row("wall time s", [f"{s['seconds']:.0f}" for s in sums])]
@@ -497,8 +505,7 @@ def table(reports: list[ModeReport]) -> str:
                     [len(s["background"]["problems"]) for s in sums]),
                 row("other tickets: timeouts no kill explains (a busy worker), by what timed out",
                     [_counts(s["background"]["unattributed_timeouts"]) for s in sums]),
-                row("other tickets: activities a dying worker's last completion scheduled, handed back to it "
-                    "(run again after their heartbeat timeout)", [s["background"]["handed_to_dead"] for s in sums])]
+                row(f"other tickets: {_HANDED}", [s["background"]["handed_to_dead"] for s in sums])]
     return "\n".join(out)
 
 
