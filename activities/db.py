@@ -70,10 +70,13 @@ class _Result:
     def __init__(self, cursor: Any) -> None:
         self.rowcount: int = cursor.rowcount
         columns = [column[0] for column in cursor.description] if cursor.description else None
+        if columns is not None and len(set(columns)) != len(columns):  # a join's `*`: one would hide the other
+            raise ValueError(f"a result has two columns of one name: {columns}")
         self._rows: list[Row] = [] if columns is None else [dict(zip(columns, row, strict=True))
                                                              for row in cursor.fetchall()]
 
     def fetchone(self) -> Row | None:
+        """The first row (it does not advance: read many rows with fetchall)."""
         return self._rows[0] if self._rows else None
 
     def one(self) -> Row:
@@ -136,21 +139,21 @@ class Database:
         pooled = self.engine.raw_connection()
         try:
             cursor = pooled.cursor()
+            if self.is_sqlite:
+                cursor.execute("BEGIN IMMEDIATE")
+            yield _Session(cursor, pyformat=not self.is_sqlite)
+            cursor.close()
+            pooled.commit()
+        except BaseException:
+            # The cursor is left to be collected: closing it on a connection that failed could raise in
+            # place of the error that matters.
             try:
-                if self.is_sqlite:
-                    cursor.execute("BEGIN IMMEDIATE")
-                yield _Session(cursor, pyformat=not self.is_sqlite)
-                pooled.commit()
-            except BaseException:
-                try:
-                    pooled.rollback()
-                except Exception:
-                    pooled.invalidate()
-                raise
-            finally:
-                cursor.close()
+                pooled.rollback()
+            except Exception:
+                pooled.invalidate()
+            raise
         finally:
-            pooled.close()  # back to the pool
+            pooled.close()  # back to the pool (an invalidated one is gone from it already)
 
     @contextmanager
     def exclusive(self, name: str) -> Iterator[_Session]:
