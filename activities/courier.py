@@ -14,15 +14,16 @@ the activity with the `irreversible` policy; every attempt sends the same client
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
-import requests
+import urllib3
 
 from activities.db import Database
 from activities.effects import Ambiguous, Effects, Intent, ProviderEffect, ProviderTerms, Rejected
 from activities.ledger import EffectLedger, Hold
-from activities.payments import fenced_session, never_sent
+from activities.payments import fenced_pool, never_sent
 from activities.records import Records
 from activities.tools import not_performed, require_key, tool, tool_activities
 from core.models import ToolInput, ToolResult
@@ -40,28 +41,29 @@ class CourierGateway:
 
     def __init__(self, base_url: str, timeout_seconds: float = 5.0) -> None:
         self._base = base_url.rstrip("/")
-        self._timeout = timeout_seconds
-        self._http = fenced_session(self._base)
+        self._timeout = urllib3.Timeout(connect=timeout_seconds, read=timeout_seconds)
+        self._http = fenced_pool(self._base)
 
     def book(self, order_id: str, item_id: str, contact: str, client_reference: str) -> dict[str, Any]:
         body = {"order_id": order_id, "item_id": item_id, "contact": contact, "client_reference": client_reference}
-        return self._call("POST", "/v1/pickups", json=body)
+        return self._call("POST", "/v1/pickups", body=json.dumps(body), headers={"Content-Type": "application/json"})
 
     def pickups(self, order_id: str) -> list[dict[str, Any]]:
-        bookings: list[dict[str, Any]] = self._call("GET", "/v1/pickups", params={"order_id": order_id})["data"]
+        bookings: list[dict[str, Any]] = self._call("GET", "/v1/pickups", fields={"order_id": order_id})["data"]
         return bookings
 
     def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         try:
-            response = self._http.request(method, self._base + path, timeout=self._timeout, **options)
-        except requests.RequestException as err:
+            response = self._http.request(method, self._base + path, timeout=self._timeout, redirect=False, **options)
+        except urllib3.exceptions.HTTPError as err:
             if never_sent(err):
                 raise Rejected(f"{method} {path}: the courier could not be reached") from err
             raise Ambiguous(f"{method} {path}: {type(err).__name__}") from err
-        if response.status_code >= 500:
-            raise Ambiguous(f"{method} {path}: courier answered {response.status_code}", answered=True)
-        if response.status_code >= 400:
-            raise Rejected(f"{method} {path}: courier refused ({response.status_code}): {response.text[:200]}")
+        if response.status >= 500:
+            raise Ambiguous(f"{method} {path}: courier answered {response.status}", answered=True)
+        if response.status >= 400:
+            raise Rejected(f"{method} {path}: courier refused ({response.status}): "
+                           f"{response.data[:200].decode(errors='replace')}")
         body: dict[str, Any] = response.json()  # the courier answers a JSON object
         return body
 

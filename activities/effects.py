@@ -476,7 +476,7 @@ class Effects:
 
 
 def describe(err: Exception) -> str:
-    """A short name for a provider error: `ReadTimeout`, `APIError 500`."""
+    """A short name for a provider error: `ReadTimeoutError`, `APIError 500`."""
     if not isinstance(err, stripe.StripeError):
         return redact(f"{type(err).__name__}: {err}") if str(err) else type(err).__name__
     if isinstance(err, stripe.APIConnectionError) and err.__cause__ is not None:

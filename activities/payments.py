@@ -14,7 +14,7 @@ A request may leave only before its attempt's send-by time (`send_before`): a wo
 paused between its ledger claim and its request and wakes up late sends nothing, so the next
 attempt can rely on the previous holder's settle horizon (activities/effects.py). The check runs
 in the HTTP connection itself, after the connection is open and immediately before the request's
-first bytes are written (`fenced_session`): what is left between them is one function return.
+first bytes are written (`fenced_pool`): what is left between them is one function return.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, NoReturn
+from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
-import requests
 import stripe
 import urllib3
-from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -84,26 +84,22 @@ class _FencedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _FencedHTTPS
 
 
-class _FencedAdapter(HTTPAdapter):
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _FencedHTTPPool, "https": _FencedHTTPSPool}
+def fenced_pool(base_url: str, pool_size: int = 32, ca_certs: str | None = None) -> urllib3.PoolManager:
+    """Connections to `base_url` whose every request checks the send-by time just before its bytes
+    leave. No retries and no redirects of their own: who retries what is decided by the caller.
 
-
-def fenced_session(base_url: str, pool_size: int = 32) -> requests.Session:
-    """A requests session to `base_url` whose every request checks the send-by time just before its
-    bytes leave. No retries of its own: who retries what is decided by its caller.
-
-    The environment's proxy settings for `base_url` are read here, once: a session that trusts the
-    environment reads all of it on every request (a tenth of a refund's client CPU in a profile), and
-    would let a ~/.netrc entry replace the provider's Authorization header."""
-    session = requests.Session()
-    session.proxies = requests.utils.get_environ_proxies(base_url)
-    session.trust_env = False
-    adapter = _FencedAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
+    The environment's proxy settings for `base_url` are read here, once (a client that reads them on
+    every request spends a tenth of a refund's CPU on it), and no ~/.netrc is ever consulted, so
+    nothing can replace the provider's Authorization header."""
+    host = urlsplit(base_url).hostname or ""
+    scheme = urlsplit(base_url).scheme
+    proxy = None if proxy_bypass(host) else getproxies().get(scheme)
+    options: dict[str, Any] = {"num_pools": 4, "maxsize": pool_size, "retries": False}
+    if ca_certs is not None:
+        options.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_certs)
+    pool = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+    pool.pool_classes_by_scheme = {"http": _FencedHTTPPool, "https": _FencedHTTPSPool}
+    return pool
 
 
 class StripeGateway:
@@ -112,7 +108,7 @@ class StripeGateway:
             api_key,
             base_addresses={"api": api_base},
             max_network_retries=sdk_retries,
-            http_client=UnsentOnlyRetries(timeout=timeout_seconds, session=fenced_session(api_base)),
+            http_client=FencedClient(api_base, timeout_seconds),
         )
 
     def ping(self) -> None:
@@ -170,8 +166,37 @@ class StripeGateway:
         return [p for p in self.payments() if p.customer == customer_id]
 
 
-class UnsentOnlyRetries(stripe.RequestsClient):
-    """The SDK's HTTP client, allowed to retry only what never reached the provider."""
+class FencedClient(stripe.HTTPClient):
+    """The SDK's HTTP client, on urllib3 through `fenced_pool`, allowed to retry only what never reached
+    the provider. (The SDK's own client goes through requests, which cost 0.23 ms of CPU per request
+    over urllib3's 0.20 in a profile, on four provider requests a refund.)"""
+
+    name = "urllib3"
+
+    def __init__(self, base_url: str, timeout_seconds: float) -> None:
+        super().__init__()
+        self._pool = fenced_pool(base_url, ca_certs=stripe.ca_bundle_path)
+        self._timeout = urllib3.Timeout(connect=timeout_seconds, read=timeout_seconds)
+
+    def request(self, method: str, url: str, headers: Mapping[str, str] | None, post_data: Any = None, *,
+                _usage: list[str] | None = None) -> tuple[Any, int, Mapping[str, str]]:  # the body's bytes
+        response = self._send(method, url, headers, post_data, stream=False)
+        return response.data, response.status, response.headers
+
+    def request_stream(self, method: str, url: str, headers: Mapping[str, str] | None, post_data: Any = None, *,
+                       _usage: list[str] | None = None) -> tuple[Any, int, Mapping[str, str]]:
+        response = self._send(method, url, headers, post_data, stream=True)
+        return response, response.status, response.headers
+
+    def _send(self, method: str, url: str, headers: Mapping[str, str] | None, post_data: Any,
+              stream: bool) -> urllib3.BaseHTTPResponse:
+        try:
+            return self._pool.request(method, url, headers=dict(headers or {}), body=post_data,
+                                      timeout=self._timeout, redirect=False, preload_content=not stream)
+        except (urllib3.exceptions.HTTPError, OSError) as err:  # NotSent, the fence, passes as it is
+            raise stripe.APIConnectionError(  # type: ignore[no-untyped-call]  # the SDK's constructor is untyped
+                f"could not complete {method} {urlsplit(url).path}: "
+                f"{type(err).__name__}", should_retry=never_sent(err)) from err
 
     def _should_retry(self, response: tuple[Any, int, Mapping[str, str] | None] | None,
                       api_connection_error: stripe.APIConnectionError | None, num_retries: int,
@@ -183,23 +208,13 @@ class UnsentOnlyRetries(stripe.RequestsClient):
         _, status, _ = response
         return status in (409, 429)
 
-    def _handle_request_error(self, e: Exception) -> NoReturn:
-        if isinstance(e, NotSent):  # the fence, not the network: it must reach the effect protocol as it is
-            raise e
-        try:
-            super()._handle_request_error(e)
-        except stripe.APIConnectionError as err:
-            err.should_retry = never_sent(e)
-            raise
+    def close(self) -> None:
+        self._pool.clear()
 
 
 def never_sent(error: Exception) -> bool:
     """True when the request provably did not leave: the connection was never established."""
-    if isinstance(error, requests.exceptions.ConnectTimeout):
-        return True
-    reason = getattr(error.args[0], "reason", None) if error.args else None
-    return isinstance(error, requests.exceptions.ConnectionError) and isinstance(
-        reason, urllib3.exceptions.NewConnectionError)
+    return isinstance(error, urllib3.exceptions.ConnectTimeoutError)  # NewConnectionError is one too
 
 
 def metadata_of(obj: Any) -> dict[str, str]:
