@@ -82,6 +82,16 @@ def test_a_request_that_reached_the_provider_is_never_resent_by_the_sdk() -> Non
     assert len(received) == 1 and received[0].startswith(b"POST /v1/refunds")
 
 
+def test_the_connection_pool_retries_nothing_of_its_own() -> None:
+    """Not even a read, which urllib3 would otherwise resend after a dropped connection: every retry is
+    the caller's (the SDK's rule above, or Temporal's) and so is counted and seen."""
+    with _provider(None) as (base, received):
+        gateway = StripeGateway("sk_test_x", base, 5.0, sdk_retries=0)
+        with pytest.raises(stripe.APIConnectionError):
+            gateway.refunds("pi_1")
+    assert len(received) == 1 and received[0].startswith(b"GET /v1/refunds")
+
+
 def test_a_conflict_is_resent_with_the_same_key() -> None:
     """A 409 says the key's first request is still running and this one executed nothing: resent, same key."""
     conflict = (b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
