@@ -7,7 +7,7 @@ read the courier's bookings for the order, claim one pickup of the item in the l
 send before the send-by time, settle; after a timeout it looks the booking up before anything is
 sent again.
 
-Who retries what: this gateway never retries (requests without urllib3 retries); Temporal retries
+Who retries what: this gateway never retries (`fenced_pool`: no retries, no redirects); Temporal retries
 the activity with the `irreversible` policy; every attempt sends the same client reference.
 """
 
@@ -23,7 +23,7 @@ import urllib3
 from activities.db import Database
 from activities.effects import Ambiguous, Effects, Intent, ProviderEffect, ProviderTerms, Rejected
 from activities.ledger import EffectLedger, Hold
-from activities.payments import fenced_pool, never_sent
+from activities.payments import NotSent, fenced_pool, never_sent
 from activities.records import Records
 from activities.tools import not_performed, require_key, tool, tool_activities
 from core.models import ToolInput, ToolResult
@@ -55,11 +55,13 @@ class CourierGateway:
     def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         try:
             response = self._http.request(method, self._base + path, timeout=self._timeout, redirect=False, **options)
-        except urllib3.exceptions.HTTPError as err:
+        except NotSent:
+            raise
+        except Exception as err:  # whatever stops the call: nothing was sent only if never connected
             if never_sent(err):
                 raise Rejected(f"{method} {path}: the courier could not be reached") from err
             raise Ambiguous(f"{method} {path}: {type(err).__name__}") from err
-        if response.status >= 500:
+        if response.status >= 500 or 300 <= response.status < 400:  # a redirect is not followed: it may have booked
             raise Ambiguous(f"{method} {path}: courier answered {response.status}", answered=True)
         if response.status >= 400:
             raise Rejected(f"{method} {path}: courier refused ({response.status}): "

@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
-from urllib.request import getproxies, proxy_bypass
 
 import stripe
 import urllib3
+from requests.utils import get_auth_from_url, get_environ_proxies, prepend_scheme_if_needed, select_proxy
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
@@ -68,6 +68,8 @@ class _FencedHTTP(HTTPConnection):
         super().putrequest(method, url, *args, **kwargs)
 
     def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
+        if self.sock is None:  # plain HTTP opens its connection on the first write: open it first, so
+            self.connect()     # that the check is the last thing before the bytes, not before a connect
         check_send_by(getattr(self, "_fenced_what", "request"))
         super().endheaders(message_body, encode_chunked=encode_chunked)
 
@@ -88,16 +90,21 @@ def fenced_pool(base_url: str, pool_size: int = 32, ca_certs: str | None = None)
     """Connections to `base_url` whose every request checks the send-by time just before its bytes
     leave. No retries and no redirects of their own: who retries what is decided by the caller.
 
-    The environment's proxy settings for `base_url` are read here, once (a client that reads them on
-    every request spends a tenth of a refund's CPU on it), and no ~/.netrc is ever consulted, so
-    nothing can replace the provider's Authorization header."""
-    host = urlsplit(base_url).hostname or ""
-    scheme = urlsplit(base_url).scheme
-    proxy = None if proxy_bypass(host) else getproxies().get(scheme)
+    The environment's proxy for `base_url` is chosen here, once, by requests' rules (HTTPS_PROXY,
+    HTTP_PROXY, ALL_PROXY; NO_PROXY with hosts, ports and CIDR ranges; credentials in the proxy's URL):
+    a client that reads the environment on every request spends a tenth of a refund's CPU on it. No
+    ~/.netrc is ever consulted, so nothing can replace the provider's Authorization header."""
     options: dict[str, Any] = {"num_pools": 4, "maxsize": pool_size, "retries": False}
     if ca_certs is not None:
         options.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_certs)
-    pool = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+    proxy = select_proxy(base_url, get_environ_proxies(base_url))
+    if proxy:
+        proxy = prepend_scheme_if_needed(proxy, "http")
+        user, password = get_auth_from_url(proxy)
+        auth = urllib3.make_headers(proxy_basic_auth=f"{user}:{password}") if user else None
+        pool: urllib3.PoolManager = urllib3.ProxyManager(proxy, proxy_headers=auth, **options)
+    else:
+        pool = urllib3.PoolManager(**options)
     pool.pool_classes_by_scheme = {"http": _FencedHTTPPool, "https": _FencedHTTPSPool}
     return pool
 
@@ -193,9 +200,11 @@ class FencedClient(stripe.HTTPClient):
         try:
             return self._pool.request(method, url, headers=dict(headers or {}), body=post_data,
                                       timeout=self._timeout, redirect=False, preload_content=not stream)
-        except (urllib3.exceptions.HTTPError, OSError) as err:  # NotSent, the fence, passes as it is
+        except NotSent:  # the fence, not the network: it must reach the effect protocol as it is
+            raise
+        except Exception as err:  # as the SDK's own client: whatever stops the call is a connection error
             raise stripe.APIConnectionError(  # type: ignore[no-untyped-call]  # the SDK's constructor is untyped
-                f"could not complete {method} {urlsplit(url).path}: "
+                f"could not complete {method.upper()} {urlsplit(url).path}: "
                 f"{type(err).__name__}", should_retry=never_sent(err)) from err
 
     def _should_retry(self, response: tuple[Any, int, Mapping[str, str] | None] | None,

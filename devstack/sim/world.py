@@ -45,7 +45,7 @@ class Post:
     amount: int
     item: str
     sent_at: float
-    timeout_at: float  # the worker's client gives up here: ReadTimeout
+    timeout_at: float  # the worker's client gives up here: ReadTimeoutError
     latest: float  # the provider lands it by then, or never
     sender: Actor
     held: bool = False  # the provider sits on it: it lands (or not) only at `latest`, unanswered
@@ -161,7 +161,7 @@ class Gateway:
             if post.answer == "rejected":
                 raise Rejected("400 from POST /v1/refunds: charge_already_refunded")
             if post.answer is None:
-                raise Ambiguous("ReadTimeout")
+                raise Ambiguous("ReadTimeoutError")
             raise Ambiguous(f"{post.answer} from POST /v1/refunds", answered=True)
         return send
 
