@@ -18,8 +18,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import urllib3
-
 from activities.db import Database
 from activities.effects import Ambiguous, Effects, Intent, ProviderEffect, ProviderTerms, Rejected
 from activities.ledger import EffectLedger, Hold
@@ -41,8 +39,7 @@ class CourierGateway:
 
     def __init__(self, base_url: str, timeout_seconds: float = 5.0) -> None:
         self._base = base_url.rstrip("/")
-        self._timeout = urllib3.Timeout(connect=timeout_seconds, read=timeout_seconds)
-        self._http = fenced_pool(self._base)
+        self._http = fenced_pool(self._base, timeout_seconds)
 
     def book(self, order_id: str, item_id: str, contact: str, client_reference: str) -> dict[str, Any]:
         body = {"order_id": order_id, "item_id": item_id, "contact": contact, "client_reference": client_reference}
@@ -54,7 +51,7 @@ class CourierGateway:
 
     def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         try:
-            response = self._http.request(method, self._base + path, timeout=self._timeout, redirect=False, **options)
+            response = self._http.request(method, self._base + path, redirect=False, **options)
         except NotSent:
             raise
         except Exception as err:  # whatever stops the call: nothing was sent only if never connected

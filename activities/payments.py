@@ -86,15 +86,18 @@ class _FencedHTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _FencedHTTPS
 
 
-def fenced_pool(base_url: str, pool_size: int = 32, ca_certs: str | None = None) -> urllib3.PoolManager:
+def fenced_pool(base_url: str, timeout_seconds: float, pool_size: int = 32,
+                ca_certs: str | None = None) -> urllib3.PoolManager:
     """Connections to `base_url` whose every request checks the send-by time just before its bytes
-    leave. No retries and no redirects of their own: who retries what is decided by the caller.
+    leave, and waits at most `timeout_seconds` to connect and as long for each read. No retries and no
+    redirects of their own: who retries what is decided by the caller.
 
     The environment's proxy for `base_url` is chosen here, once, by requests' rules (HTTPS_PROXY,
     HTTP_PROXY, ALL_PROXY; NO_PROXY with hosts, ports and CIDR ranges; credentials in the proxy's URL):
     a client that reads the environment on every request spends a tenth of a refund's CPU on it. No
     ~/.netrc is ever consulted, so nothing can replace the provider's Authorization header."""
-    options: dict[str, Any] = {"num_pools": 4, "maxsize": pool_size, "retries": False}
+    options: dict[str, Any] = {"num_pools": 4, "maxsize": pool_size, "retries": False,
+                               "timeout": urllib3.Timeout(connect=timeout_seconds, read=timeout_seconds)}
     if ca_certs is not None:
         options.update(cert_reqs="CERT_REQUIRED", ca_certs=ca_certs)
     proxy = select_proxy(base_url, get_environ_proxies(base_url))
@@ -182,8 +185,7 @@ class FencedClient(stripe.HTTPClient):
 
     def __init__(self, base_url: str, timeout_seconds: float) -> None:
         super().__init__()
-        self._pool = fenced_pool(base_url, ca_certs=stripe.ca_bundle_path)
-        self._timeout = urllib3.Timeout(connect=timeout_seconds, read=timeout_seconds)
+        self._pool = fenced_pool(base_url, timeout_seconds, ca_certs=stripe.ca_bundle_path)
 
     def request(self, method: str, url: str, headers: Mapping[str, str] | None, post_data: Any = None, *,
                 _usage: list[str] | None = None) -> tuple[Any, int, Mapping[str, str]]:  # the body's bytes
@@ -199,7 +201,7 @@ class FencedClient(stripe.HTTPClient):
               stream: bool) -> urllib3.BaseHTTPResponse:
         try:
             return self._pool.request(method, url, headers=dict(headers or {}), body=post_data,
-                                      timeout=self._timeout, redirect=False, preload_content=not stream)
+                                      redirect=False, preload_content=not stream)
         except NotSent:  # the fence, not the network: it must reach the effect protocol as it is
             raise
         except Exception as err:  # as the SDK's own client: whatever stops the call is a connection error

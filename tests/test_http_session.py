@@ -39,18 +39,18 @@ def _proxy_of(pool: urllib3.PoolManager) -> str | None:
 
 def test_a_proxy_in_the_environment_is_kept_for_the_pool(environment: pytest.MonkeyPatch) -> None:
     environment.setenv("HTTP_PROXY", "http://proxy.internal:3128")
-    assert _proxy_of(fenced_pool(BASE)) == "proxy.internal"
+    assert _proxy_of(fenced_pool(BASE, 5.0)) == "proxy.internal"
 
 
 def test_all_proxy_and_a_proxy_without_a_scheme_are_read_as_requests_reads_them(
         environment: pytest.MonkeyPatch) -> None:
     environment.setenv("ALL_PROXY", "proxy.internal:3128")
-    assert _proxy_of(fenced_pool(BASE)) == "proxy.internal"
+    assert _proxy_of(fenced_pool(BASE, 5.0)) == "proxy.internal"
 
 
 def test_the_proxy_s_credentials_go_with_every_request(environment: pytest.MonkeyPatch) -> None:
     environment.setenv("HTTP_PROXY", "http://agent:s3cret@proxy.internal:3128")
-    pool = fenced_pool(BASE)
+    pool = fenced_pool(BASE, 5.0)
     assert isinstance(pool, urllib3.ProxyManager)
     assert pool.proxy_headers == urllib3.make_headers(proxy_basic_auth="agent:s3cret")
 
@@ -61,7 +61,7 @@ def test_no_proxy_for_the_base_url_leaves_it_direct(environment: pytest.MonkeyPa
                                                     no_proxy: str) -> None:
     environment.setenv("HTTP_PROXY", "http://proxy.internal:3128")
     environment.setenv("NO_PROXY", no_proxy)
-    assert _proxy_of(fenced_pool(base)) is None
+    assert _proxy_of(fenced_pool(base, 5.0)) is None
 
 
 @contextmanager
@@ -128,9 +128,10 @@ def test_a_conflict_is_resent_with_the_same_key() -> None:
 
 def test_a_provider_that_cannot_be_reached_is_tried_again() -> None:
     """Refused connections: nothing left, so the SDK's client resends while it has retries left."""
-    client = FencedClient(f"http://127.0.0.1:{free_port()}", 5.0)
+    base = f"http://127.0.0.1:{free_port()}"
+    client = FencedClient(base, 5.0)
     with pytest.raises(stripe.APIConnectionError) as failed:
-        client.request("post", f"http://127.0.0.1:{free_port()}/v1/refunds", {}, "amount=100")
+        client.request("post", f"{base}/v1/refunds", {}, "amount=100")
     assert isinstance(failed.value.__cause__, urllib3.exceptions.NewConnectionError)
     assert client._should_retry(None, failed.value, 0, 2)
     assert not client._should_retry(None, failed.value, 2, 2)
