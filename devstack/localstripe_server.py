@@ -82,6 +82,14 @@ def index_store_by_type() -> None:
     Store._indexed = True  # type: ignore[attr-defined]
 
 
+def compact_json() -> None:
+    """localstripe indents and sorts the keys of every answer, which sends each through json's pure-Python
+    encoder: a tenth of its CPU per request. The same JSON without the whitespace takes the C encoder."""
+    from localstripe import server
+
+    server.json_response = web.json_response
+
+
 def build_app() -> web.Application:
     """Return localstripe's aiohttp app with the disk dump off.
 
@@ -90,6 +98,7 @@ def build_app() -> web.Application:
     """
     disable_disk_dump()
     index_store_by_type()
+    compact_json()
     from localstripe.server import app
 
     return app
@@ -116,33 +125,22 @@ def save_store(path: Path) -> None:
 
 
 async def _serve(port: int, edge_mode: str, store: Path | None, host: str = HOST) -> None:
-    """localstripe alone on `port`, or localstripe on a private port behind the Stripe edge."""
+    """localstripe on `port`, alone or behind the Stripe edge (its first middleware: devstack/stripe_edge.py)."""
     from devstack.stripe_edge import Edge, EdgeConfig
 
-    build_app()
+    app = build_app()
     if store is not None:
         load_store(store)
-    runners = []
-    inner = web.AppRunner(build_app(), access_log=None)
-    await inner.setup()
-    runners.append(inner)
-    if edge_mode == "off":
-        await web.TCPSite(inner, host, port).start()
-    else:
-        private = web.TCPSite(inner, HOST, 0)
-        await private.start()
-        inner_port = private._server.sockets[0].getsockname()[1]
-        edge = web.AppRunner(Edge(f"http://{HOST}:{inner_port}", EdgeConfig(mode=edge_mode)).app(),
-                             access_log=None)
-        await edge.setup()
-        runners.append(edge)
-        await web.TCPSite(edge, host, port).start()
+    if edge_mode != "off":
+        Edge(EdgeConfig(mode=edge_mode)).install(app)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
     print(f"localstripe listening on http://{host}:{port} (edge {edge_mode})", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
-        for runner in reversed(runners):
-            await runner.cleanup()
+        await runner.cleanup()
         if store is not None:
             save_store(store)
 
