@@ -69,6 +69,7 @@ def index_store_by_type() -> None:
     def clear(self: dict) -> None:
         dict.clear(self)
         self.__dict__.pop("_by_type", None)
+        self.__dict__.pop("_refunds_by_charge", None)
 
     def list_all(cls: Any, url: str, limit: Any = None, starting_after: Any = None, **kwargs: Any) -> Any:
         if kwargs:
@@ -80,6 +81,53 @@ def index_store_by_type() -> None:
     Store.__setitem__, Store.__delitem__, Store.clear = setitem, delitem, clear  # type: ignore[method-assign]
     resources.StripeObject._api_list_all = classmethod(list_all)  # type: ignore[method-assign,assignment]
     Store._indexed = True  # type: ignore[attr-defined]
+
+
+def index_refunds_by_charge() -> None:
+    """localstripe lists a PaymentIntent's refunds by filtering every refund it holds, so each list costs
+    more than the last (a tenth of its CPU in a load round; a week holds thousands). Here each charge's
+    refunds are kept apart as they are made and a list reads only its own: the same refunds in the same
+    order (newest first, ties in the order made), the same errors."""
+    from localstripe import resources
+
+    Refund = resources.Refund
+    if getattr(Refund, "_indexed", False):
+        return
+    make = Refund.__init__
+    list_every = Refund._api_list_all.__func__  # type: ignore[attr-defined]
+
+    def by_charge(store: dict) -> dict[str, list[Any]]:
+        index = store.__dict__.get("_refunds_by_charge")
+        if index is None:  # first use, or after clear() (a load, a flush): built from what the store holds
+            index = store.__dict__["_refunds_by_charge"] = {}
+            for value in dict.values(store):
+                if isinstance(value, Refund):
+                    index.setdefault(value.charge, []).append(value)
+        return index
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        index = by_charge(resources.store)  # before this refund is in the store, so it is filed once
+        make(self, *args, **kwargs)
+        index.setdefault(self.charge, []).append(self)
+
+    def list_all(cls: Any, url: str, charge: Any = None, payment_intent: Any = None, limit: Any = None,
+                 starting_after: Any = None) -> Any:
+        if charge is None and payment_intent is None:  # every refund: localstripe's own list
+            return list_every(cls, url, limit=limit, starting_after=starting_after)
+        if charge is None:
+            if not (type(payment_intent) is str and payment_intent.startswith("pi_")):
+                raise resources.UserError(400, "Bad request")
+            charge = resources.PaymentIntent._api_retrieve(payment_intent).latest_charge.id
+        elif not (type(charge) is str and charge.startswith("ch_") and payment_intent is None):
+            raise resources.UserError(400, "Bad request")
+        page = resources.List(url, limit=limit, starting_after=starting_after)
+        resources.Charge._api_retrieve(charge)  # 404 for a charge that does not exist
+        page._list = sorted(by_charge(resources.store).get(charge, []), key=lambda r: r.date, reverse=True)
+        return page
+
+    Refund.__init__ = init  # type: ignore[method-assign]
+    Refund._api_list_all = classmethod(list_all)  # type: ignore[method-assign,assignment]
+    Refund._indexed = True  # type: ignore[attr-defined]
 
 
 def compact_json() -> None:
@@ -98,6 +146,7 @@ def build_app() -> web.Application:
     """
     disable_disk_dump()
     index_store_by_type()
+    index_refunds_by_charge()
     compact_json()
     from localstripe.server import app
 

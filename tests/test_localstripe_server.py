@@ -1,8 +1,12 @@
-"""The local provider lists from its type index exactly what Stripe would, across a stop and start."""
+"""The local provider lists from its indexes (by type; a charge's refunds) exactly what Stripe would, across
+a stop and start."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
+import stripe
 
 from activities.payments import StripeGateway
 from devstack.processes import LocalStripe, free_port
@@ -30,7 +34,8 @@ def test_lists_read_their_own_type_and_survive_a_restart(tmp_path: Path) -> None
 
     with LocalStripe(free_port(), tmp_path / "b.log", store) as provider:
         gateway = StripeGateway(LocalStripe.api_key, provider.url, 10.0)
-        assert _world(gateway, payments) == before
-        gateway.refund(payments[1], 2000, "k4", {})
-        assert gateway.refunded_cents(payments[1]) == 2000
+        gateway.refund(payments[1], 2000, "k4", {})  # before any list: the charge index is built as it is made
+        assert _world(gateway, payments) == (before[0], [before[1][0], [(2000, payments[1])], before[1][2]])
         assert gateway.refunded_cents(payments[0]) == 500
+        with pytest.raises(stripe.InvalidRequestError):  # as localstripe's own list: no such PaymentIntent
+            gateway.refunds("pi_missing")
