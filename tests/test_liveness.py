@@ -4,6 +4,7 @@ worker: tests/test_admission.py (a held GIL) and tests/test_crash_resume.py (a S
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from collections.abc import Callable
 
 from activities.heartbeats import HeartbeatPump
 from devstack.polling import poll_until
-from infra.liveness import GONE, RUNS, STOPPED, Keeper, Vouching, process_state
+from infra.liveness import GONE, MAX_LINE, RUNS, STOPPED, Keeper, Vouching, _Lines, process_state
 
 
 async def _state_becomes(pid: int, state: str) -> None:
@@ -65,6 +66,36 @@ def test_lines_it_does_not_understand_change_nothing(caplog):
     assert "not a line it understands" in caplog.text
     vouching.take(f"- {token}\n")
     assert not vouching.held
+
+
+async def test_lines_are_taken_whole_across_reads_and_an_over_long_one_is_skipped(caplog):
+    """The keeper reads its pipe in batches: a line cut between two reads is taken once whole, a line over
+    its limit is skipped to its end (the lines after it are taken), and the pipe's end ends the reading."""
+    vouching = Vouching(None, "default", os.getpid())
+    lines = _Lines(vouching)
+    read_end, write_end = os.pipe()
+    now = time.time()
+
+    async def written(data: bytes) -> None:  # from a thread: a write over the pipe's size waits for the keeper
+        await asyncio.to_thread(os.write, write_end, data)
+
+    async def seen(what: str, check: Callable[[], bool]) -> None:
+        async def now_seen() -> bool:
+            return check()
+        await poll_until(now_seen, what, timeout=10, every=0.01)
+
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        await asyncio.get_running_loop().connect_read_pipe(lambda: lines, pipe)
+        await written(f"+ dG9rZW4= 2.000 {now:.3f} d2YtMQ==".encode())  # b"token", its line cut here
+        await seen("the first half read", lambda: lines._partial != b"")
+        await written(b" run-1\n+ " + b"A" * (MAX_LINE + 100))
+        await seen("the long line skipped", lambda: lines._skipping)
+        await written(b"A" * 100 + f" 2.000 {now:.3f} d2YtMg== run-2\n".encode())
+        await written(f"+ b3RoZXI= 2.000 {now:.3f} d2YtMw== run-3\n- bm9uZQ==\n".encode())  # b"other"
+        os.close(write_end)
+        await asyncio.wait_for(lines.to_the_end(), 30)
+    assert sorted(vouching.held) == [b"other", b"token"]
+    assert caplog.text.count("skipped") == 1 and "not a line it understands" not in caplog.text
 
 
 async def test_the_pump_beats_an_attempt_due_sooner_than_the_one_it_waits_for():
