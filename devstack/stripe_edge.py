@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import random
 import time
 import urllib.parse
@@ -40,6 +41,7 @@ Fault = Literal[
 BEFORE = {"error_before_commit", "drop_before_commit", "conflict_before_commit", "fail"}
 AFTER = {"timeout_after_accept", "error_after_commit", "drop_after_commit"}
 KEY_TTL_SECONDS = 24 * 3600
+log = logging.getLogger("stripe_edge")
 
 
 class Rule(BaseModel):
@@ -97,16 +99,17 @@ class Edge:
         self._rng = random.Random(config.seed)
         self.stats: Counter[str] = Counter()
         self.marked: list[dict[str, str | float | None]] = []
+        self._control: dict[tuple[str, str], Handler] = {}
 
     def install(self, app: web.Application) -> None:
         """Put the edge, and its control plane, in front of every route of `app` (not yet started)."""
+        self._control = {("PUT", "/_edge/config"): self._put_config, ("GET", "/_edge/config"): self._get_config,
+                         ("GET", "/_edge/stats"): self._get_stats, ("GET", "/_edge/marked"): self._get_marked}
         app.middlewares.insert(0, self._middleware)
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        control = {("PUT", "/_edge/config"): self._put_config, ("GET", "/_edge/config"): self._get_config,
-                   ("GET", "/_edge/stats"): self._get_stats, ("GET", "/_edge/marked"): self._get_marked,
-                   }.get((request.method, request.path))
+        control = self._control.get((request.method, request.path))
         if control is not None:  # the edge's own: never localstripe's (nor behind its API key)
             return await control(request)
         return await self._handle(request, handler)
@@ -216,11 +219,15 @@ class Edge:
 
 
 async def _forward(request: web.Request, handler: Handler) -> tuple[int, bytes, str]:
-    """localstripe's answer to the request (its body already read, and kept by aiohttp for the handler)."""
+    """localstripe's answer to the request (its body already read, and kept by aiohttp for the handler).
+    A crash of localstripe's is answered as its own server answered it, a 500, which a key keeps."""
     try:
         response = await handler(request)
     except web.HTTPException as refused:  # the router's 404 / 405: an answer like any other
         response = refused
+    except Exception:
+        log.exception("localstripe failed on %s %s", request.method, request.path)
+        return 500, b"500 Internal Server Error\n\nServer got itself in trouble", "text/plain"
     body = response.body if isinstance(response, web.Response) else None
     if not isinstance(body, bytes):
         raise TypeError(f"localstripe answered {request.method} {request.path} with a body the edge cannot keep")

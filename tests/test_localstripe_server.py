@@ -9,6 +9,7 @@ import pytest
 import stripe
 
 from activities.payments import StripeGateway
+from devstack.edge_control import EdgeControl
 from devstack.processes import LocalStripe, free_port
 
 
@@ -39,3 +40,12 @@ def test_lists_read_their_own_type_and_survive_a_restart(tmp_path: Path) -> None
         assert gateway.refunded_cents(payments[0]) == 500
         with pytest.raises(stripe.InvalidRequestError):  # as localstripe's own list: no such PaymentIntent
             gateway.refunds("pi_missing")
+        # localstripe crashes on a refund of a payment not yet confirmed (it has no charge): its 500 is the
+        # key's answer, kept and replayed by the edge as Stripe keeps a request's result once it has begun
+        unconfirmed = gateway._client.v1.payment_intents.create(
+            params={"amount": 100, "currency": "usd", "payment_method": "pm_card_visa"}).id
+        for _ in range(2):
+            with pytest.raises(stripe.APIError) as crashed:
+                gateway.refund(unconfirmed, 50, "k-crash", {})
+            assert crashed.value.http_status == 500
+        assert EdgeControl(provider.url).stats()["idempotency_replay"] == 1
