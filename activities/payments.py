@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import stripe
@@ -112,7 +113,29 @@ def fenced_pool(base_url: str, timeout_seconds: float, pool_size: int = 32,
     return pool
 
 
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """A refund as the provider holds it: the fields of Stripe's Refund object that we read.
+
+    Read from the response's JSON rather than through the SDK's objects, which for one list of two
+    refunds cost 0.3 ms of CPU to build (the request itself 0.13 ms), three lists a refund ticket."""
+
+    object: ClassVar[str] = "refund"  # Stripe's name of the type, as on its objects
+    id: str
+    amount: int
+    status: str
+    payment_intent: str | None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Refund:
+        return cls(id=data["id"], amount=data["amount"], status=data["status"],
+                   payment_intent=data.get("payment_intent"), metadata=dict(data.get("metadata") or {}))
+
+
 class StripeGateway:
+    PAGE = 100  # objects per list request: Stripe's most
+
     def __init__(self, api_key: str, api_base: str, timeout_seconds: float, sdk_retries: int = 2) -> None:
         self._client = stripe.StripeClient(
             api_key,
@@ -143,19 +166,26 @@ class StripeGateway:
             options={"idempotency_key": key},
         )
 
-    def refund(self, payment_intent_id: str, amount_cents: int, key: str, metadata: dict[str, str]) -> Any:
-        return self._client.v1.refunds.create(
-            params={"payment_intent": payment_intent_id, "amount": amount_cents,
-                    "metadata": {**metadata, KEY_FIELD: key}},
-            options={"idempotency_key": key},
-        )
+    def refund(self, payment_intent_id: str, amount_cents: int, key: str, metadata: dict[str, str]) -> Refund:
+        response = self._client.raw_request("post", "/v1/refunds", payment_intent=payment_intent_id,
+                                            amount=amount_cents, metadata={**metadata, KEY_FIELD: key},
+                                            idempotency_key=key)
+        return Refund.of(response.data)
 
-    def refunds(self, payment_intent_id: str) -> list[Any]:
-        """All refunds of a PaymentIntent. Stripe's list endpoints are read-after-write consistent."""
-        page = self._client.v1.refunds.list(params={"payment_intent": payment_intent_id, "limit": 100})
-        return list(page.auto_paging_iter())
+    def refunds(self, payment_intent_id: str) -> list[Refund]:
+        """All refunds of a PaymentIntent, every page. Stripe's list endpoints are read-after-write
+        consistent."""
+        refunds: list[Refund] = []
+        after: dict[str, str] = {}
+        while True:
+            page = self._client.raw_request("get", "/v1/refunds", payment_intent=payment_intent_id,
+                                            limit=self.PAGE, **after).data
+            refunds += [Refund.of(r) for r in page["data"]]
+            if not page.get("has_more") or not page["data"]:
+                return refunds
+            after = {"starting_after": page["data"][-1]["id"]}
 
-    def find_refund(self, payment_intent_id: str, key: str) -> Any | None:
+    def find_refund(self, payment_intent_id: str, key: str) -> Refund | None:
         return next((r for r in self.refunds(payment_intent_id) if intent_key_of(r) == key), None)
 
     def refunded_cents(self, payment_intent_id: str) -> int:
@@ -230,7 +260,10 @@ def never_sent(error: Exception) -> bool:
 
 def metadata_of(obj: Any) -> dict[str, str]:
     """A provider object's metadata (a refund's, a payment's), empty when it has none."""
-    return obj.metadata.to_dict() if obj.metadata is not None else {}
+    metadata = obj.metadata
+    if metadata is None:
+        return {}
+    return metadata.to_dict() if isinstance(metadata, stripe.StripeObject) else dict(metadata)
 
 
 def intent_key_of(obj: Any) -> str | None:

@@ -49,3 +49,15 @@ def test_lists_read_their_own_type_and_survive_a_restart(tmp_path: Path) -> None
                 gateway.refund(unconfirmed, 50, "k-crash", {})
             assert crashed.value.http_status == 500
         assert EdgeControl(provider.url).stats()["idempotency_replay"] == 1
+
+
+def test_a_payments_refunds_are_read_page_after_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with LocalStripe(free_port(), tmp_path / "a.log", tmp_path / "stripe.pickle") as provider:
+        gateway = StripeGateway(LocalStripe.api_key, provider.url, 10.0)
+        customer = gateway.create_customer("C", "c@example.com")
+        payment = gateway.charge(customer, 1000, "usd", {"order_id": "O"}, key="seed").id
+        made = [gateway.refund(payment, 10 + n, f"k{n}", {"item_id": f"i{n}"}) for n in range(5)]
+        monkeypatch.setattr(StripeGateway, "PAGE", 2)
+        listed = gateway.refunds(payment)
+    assert sorted(listed, key=lambda r: r.amount) == made  # each once, as made: amount, status, metadata
+    assert [r.metadata for r in made] == [{"item_id": f"i{n}", "intent_key": f"k{n}"} for n in range(5)]

@@ -30,7 +30,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
 from activities.db import Database
-from activities.payments import KEY_FIELD, StripeGateway
+from activities.payments import KEY_FIELD, StripeGateway, metadata_of
 from activities.records import Records
 from activities.world import World
 from client import start_task
@@ -248,7 +248,7 @@ class Runner:
         record = self.records.order(order_id)
         out = []
         for r in self.gateway.refunds(record.payment_intent_id):
-            metadata = r.metadata.to_dict()
+            metadata = metadata_of(r)
             out.append({"id": r.id, "amount_cents": r.amount, "status": r.status,
                         "item_id": metadata.get("item_id"), "intent_key": metadata.get(KEY_FIELD)})
         return out
