@@ -202,8 +202,10 @@ class StripeGateway:
         return list(self._client.v1.payment_intents.list(params={"limit": 100}).auto_paging_iter())
 
     def payments_to(self, customer_id: str) -> list[Any]:
-        """Our payments to a payee. Real Stripe filters by customer; localstripe lists all."""
-        return [p for p in self.payments() if p.customer == customer_id]
+        """Our payments to a payee: the provider's list of the customer's PaymentIntents (checked here
+        too, so a provider that ignored the filter could not hand us another customer's)."""
+        page = self._client.v1.payment_intents.list(params={"customer": customer_id, "limit": self.PAGE})
+        return [p for p in page.auto_paging_iter() if p.customer == customer_id]
 
 
 class FencedClient(stripe.HTTPClient):

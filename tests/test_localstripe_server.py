@@ -61,3 +61,17 @@ def test_a_payments_refunds_are_read_page_after_page(tmp_path: Path, monkeypatch
         listed = gateway.refunds(payment)
     assert sorted(listed, key=lambda r: r.amount) == made  # each once, as made: amount, status, metadata
     assert [r.metadata for r in made] == [{"item_id": f"i{n}", "intent_key": f"k{n}"} for n in range(5)]
+
+
+def test_a_customers_payments_are_listed_by_the_provider(tmp_path: Path) -> None:
+    with LocalStripe(free_port(), tmp_path / "a.log", tmp_path / "stripe.pickle") as provider:
+        gateway = StripeGateway(LocalStripe.api_key, provider.url, 10.0)
+        alice, bob = (gateway.create_customer(n, f"{n}@example.com") for n in ("alice", "bob"))
+        paid = {c: [gateway.charge(c, 100 * (n + 1), "usd", {}, key=f"{c}:{n}").id for n in range(2)] for c in (alice, bob)}
+        listed = {c: [p.id for p in gateway._client.v1.payment_intents.list(params={"customer": c})] for c in paid}
+        every = [p.id for p in gateway._client.v1.payment_intents.list()]
+        with pytest.raises(stripe.InvalidRequestError):
+            gateway._client.v1.payment_intents.list(params={"customer": "pi_not_a_customer"})
+        assert [p.id for p in gateway.payments_to(alice)] == listed[alice]
+    assert {c: sorted(ids) for c, ids in listed.items()} == {c: sorted(ids) for c, ids in paid.items()}
+    assert [i for i in every if i in paid[alice]] == listed[alice]  # the full list's order, only the customer's
