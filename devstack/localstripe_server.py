@@ -142,8 +142,9 @@ def filter_payment_intents_by_customer() -> None:
         return
     list_every = PaymentIntent._api_list_all.__func__  # type: ignore[attr-defined]
 
-    def list_all(cls: Any, url: str, customer: Any = None, limit: Any = None, starting_after: Any = None) -> Any:
-        page = list_every(cls, url, limit=limit, starting_after=starting_after)
+    def list_all(cls: Any, url: str, customer: Any = None, limit: Any = None, starting_after: Any = None,
+                 **kwargs: Any) -> Any:
+        page = list_every(cls, url, limit=limit, starting_after=starting_after, **kwargs)  # 400 for the unknown
         if customer is not None:
             if not (type(customer) is str and customer.startswith("cus_")):
                 raise resources.UserError(400, "Bad request")

@@ -72,6 +72,8 @@ def test_a_customers_payments_are_listed_by_the_provider(tmp_path: Path) -> None
         every = [p.id for p in gateway._client.v1.payment_intents.list()]
         with pytest.raises(stripe.InvalidRequestError):
             gateway._client.v1.payment_intents.list(params={"customer": "pi_not_a_customer"})
+        with pytest.raises(stripe.InvalidRequestError):  # a filter it does not keep: refused, as before
+            gateway._client.v1.payment_intents.list(params={"customer": alice, "created": 1})
         assert [p.id for p in gateway.payments_to(alice)] == listed[alice]
     assert {c: sorted(ids) for c, ids in listed.items()} == {c: sorted(ids) for c, ids in paid.items()}
     assert [i for i in every if i in paid[alice]] == listed[alice]  # the full list's order, only the customer's

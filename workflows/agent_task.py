@@ -8,9 +8,8 @@ human decision (signal `resolve` or Update `decide`); a wait nobody answers ends
 alerted dead letter. Whatever a sender sends is answered or recorded, never raised.
 """
 
-# Annotations here are objects, not strings (no `from __future__ import annotations`): the sandbox
-# imports this module afresh for every workflow run, and the SDK reads each handler's type hints on
-# every import, which compiles and evaluates every string annotation again (0.25 ms a run).
+from __future__ import annotations
+
 import asyncio
 import inspect
 import math
