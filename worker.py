@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -228,6 +229,15 @@ def start_keeper(settings: Settings) -> Keeper | None:
     return keeper_at(options["target_host"], options["namespace"])
 
 
+def freeze_startup_objects() -> None:
+    """Take what start-up made out of the garbage collector's view: the modules, classes and the SDK's and
+    pydantic's tables (several hundred thousand objects) live as long as the process, yet each full
+    collection scanned them all again, holding every thread of the worker meanwhile. What start-up left as
+    garbage is collected first. Measured in `make load`: full collections 0.8 -> 0.0 ms of CPU a ticket."""
+    gc.collect()
+    gc.freeze()
+
+
 KEEPER_READY_SECONDS = 60
 
 
@@ -257,6 +267,7 @@ async def main() -> None:
         every = timedelta(minutes=settings.reconcile_every_minutes)
         await ensure_reconcile_schedule(client, settings.task_queue, every)
     worker = build_worker(client, settings, backend=model)
+    freeze_startup_objects()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -72,7 +72,7 @@ from infra.bytecode import ensure_bytecode
 from infra.exit import run_main
 from infra.liveness import keeper_pid
 from infra.settings import Settings
-from worker import build_worker, worker_options
+from worker import build_worker, freeze_startup_objects, worker_options
 
 WARMUP = 3  # unmeasured tasks after a worker starts, in each latency block
 LATENCY_BLOCKS = 3
@@ -294,8 +294,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     options = {**dict(parse_option(o) for o in args.worker_option), **sandbox_option(args.sandbox)}
     loop = asyncio.get_running_loop()
     if args.gc_threshold:
-        gc.collect()
-        gc.freeze()  # what is alive after the imports is never garbage: stop scanning it
         gc.set_threshold(args.gc_threshold, 20, 20)
     if args.threads:
         loop.set_default_executor(ThreadPoolExecutor(max_workers=args.threads))
@@ -312,6 +310,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         client = await Client.connect(stack.address, data_converter=pydantic_data_converter,
                                       runtime=attempts.forwarding_runtime())
         load = Load(client, settings, stack, options)
+        freeze_startup_objects()  # as worker.py does once it has built its worker
 
         # In blocks, alternating which side goes first, so that a drift of the machine or of the server's
         # database over the phase weighs on both sides alike.
@@ -344,7 +343,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.sandbox != "default":
         shown["sandbox"] = args.sandbox
     if args.gc_threshold:
-        shown["gc"] = f"freeze, gen0 threshold {args.gc_threshold}"
+        shown["gc"] = f"gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "slots": slots_described(settings, options),
             "threads": args.threads, "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "notices": load.notices.lines,
@@ -430,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: the SDK's sandbox (re-imports the workflow modules for every run); "
                              "passthrough: our workflow modules imported once; off: no sandbox (an upper bound)")
     parser.add_argument("--gc-threshold", type=int, default=0,
-                        help="gc.freeze() after start-up and this gen0 threshold (Python's default: 700)")
+                        help="this gen0 threshold (Python's default: 700)")
     parser.add_argument("--profile", action="store_true",
                         help="after the measured rounds, one more round sampled by py-spy: where the "
                              "worker's Python CPU goes, by library and by function")
