@@ -4,10 +4,16 @@ connection handed back clean, the parameters each driver takes, and a result tha
 from __future__ import annotations
 
 import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from activities import db as db_module
 from activities.db import Database, _statement
 
 ORDER = ("INSERT INTO orders (order_id, body, customer_ref, payment_intent_id) "
@@ -53,6 +59,79 @@ def test_a_unit_of_work_holds_the_write_lock_from_its_start(tmp_path: Path):
             raw.driver_connection.execute("PRAGMA busy_timeout=0")
             with pytest.raises(sqlite3.OperationalError, match="locked"):
                 raw.driver_connection.execute("BEGIN IMMEDIATE")
+
+
+def test_units_of_one_file_in_one_process_take_turns_without_sqlites_polling(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    """SQLite's own wait for its write lock sleeps between tries (1, 2, 5, 10 ms and more); the units of work
+    of one process wait on a lock of ours, handed over as the unit before ends. With SQLite's wait off, a
+    unit begun in another thread while one is open waits for it and then runs, instead of failing."""
+    monkeypatch.setattr(db_module, "_sqlite_pragmas", _without_sqlites_wait)
+    db = Database(tmp_path / "agent.db")
+    db.create()
+    second: dict[str, Any] = {}
+
+    def run_second() -> None:
+        try:
+            with db.connect() as conn:
+                conn.execute(ORDER, _order(2))
+            second["ran"] = True
+        except Exception as err:  # what the test reports: the unit failed instead of waiting
+            second["error"] = err
+
+    with db.connect() as conn:
+        conn.execute(ORDER, _order(1))
+        thread = threading.Thread(target=run_second)
+        thread.start()
+        _poll(lambda: _waits_in_connect(thread) or not thread.is_alive(), "the second unit waiting or ended")
+        assert not second, f"the second unit did not wait for the first: {second}"
+    thread.join(timeout=30)
+    assert second == {"ran": True}
+    assert _orders(db) == ["O-1", "O-2"]
+
+
+def test_a_unit_that_cannot_have_the_lock_in_time_fails_as_sqlite_would(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(db_module, "BUSY_SECONDS", 0.05)
+    db = Database(tmp_path / "agent.db")
+    db.create()
+    failed: list[BaseException] = []
+
+    def run_second() -> None:
+        try:
+            with db.connect():
+                pass
+        except sqlite3.OperationalError as err:
+            failed.append(err)
+
+    with db.connect():  # held until the other has given up
+        thread = threading.Thread(target=run_second)
+        thread.start()
+        thread.join(timeout=30)
+    assert [str(e) for e in failed] == ["database is locked"]
+    with db.connect() as conn:  # and the lock is free again
+        conn.execute(ORDER, _order(1))
+
+
+def _without_sqlites_wait(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.close()
+
+
+def _waits_in_connect(thread: threading.Thread) -> bool:
+    """The thread's innermost Python frame is Database.connect: it waits in the lock's acquire (C code)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    return frame is not None and frame.f_code.co_name == "connect" and frame.f_code.co_filename == db_module.__file__
+
+
+def _poll(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.005)
 
 
 def test_rows_come_back_by_column_name_and_a_name_twice_is_refused(tmp_path: Path):
