@@ -69,15 +69,16 @@ def _provider(answer: bytes | None) -> Iterator[tuple[str, list[bytes]]]:
     """A provider on loopback that reads each request and then sends `answer` and closes, or with None
     closes without a word; yields its base URL and the requests it received."""
     server = socket.create_server(("127.0.0.1", 0))
+    address = server.getsockname()
     received: list[bytes] = []
+    last: list[tuple[str, int]] = []
 
     def serve() -> None:
         while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
+            conn, peer = server.accept()
             with conn:
+                if last and peer == last[0]:
+                    return
                 received.append(conn.recv(65536))
                 if answer is not None:
                     conn.sendall(answer)
@@ -85,11 +86,16 @@ def _provider(answer: bytes | None) -> Iterator[tuple[str, list[bytes]]]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}", received
+        yield f"http://127.0.0.1:{address[1]}", received
     finally:
-        server.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not, on Linux)
+        # A connection the client opened and dropped may still wait in the listen queue: one more of our
+        # own, queued behind it, tells the server to stop once it has read every earlier one.
+        with socket.socket() as closing:
+            closing.bind(("127.0.0.1", 0))
+            last.append(closing.getsockname())
+            closing.connect(address)
+            thread.join(timeout=5)
         server.close()
-        thread.join(timeout=5)
         assert not thread.is_alive()
 
 
