@@ -187,8 +187,8 @@ def _writer(url: str) -> threading.Lock:
     """The lock the units of work of one SQLite file take turns on in this process. Every unit takes
     SQLite's write lock (`BEGIN IMMEDIATE`), so they run one at a time anyway; but SQLite's wait for it
     polls, sleeping 1, 2, 5, 10 ms and more between tries, and under load a unit slept on in a thread
-    of the pool long after the lock was free (16 such sleeps a ticket in `make load`). This lock hands
-    over at once. Other processes on the same file still meet SQLite's own wait."""
+    of the pool long after the lock was free (16 such sleeps a ticket, 200 tickets at once in one
+    worker). This lock hands over at once. Other processes on the same file still meet SQLite's own wait."""
     with _WRITERS_GUARD:
         return _WRITERS.setdefault(url, threading.Lock())
 
