@@ -69,6 +69,7 @@ from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
 from infra.bytecode import ensure_bytecode
+from infra.codec import data_converter, new_key
 from infra.exit import run_main
 from infra.liveness import keeper_pid
 from infra.settings import Settings
@@ -188,6 +189,8 @@ def parse_option(text: str) -> tuple[str, Any]:
 class Load:
     def __init__(self, client: Client, settings: Settings, stack: Stack, options: dict[str, Any]) -> None:
         self.client, self.settings, self.stack, self.options = client, settings, stack, options
+        # Bare Temporal as a team would run it: the SDK's pydantic converter, no codec of ours.
+        self.bare_client = Client(**{**client.config(), "data_converter": pydantic_data_converter})
         self.next_ticket = 1
         self.activities_per_task = 0
         self.history: dict[str, tuple[int, int]] = {}
@@ -206,7 +209,7 @@ class Load:
         return build_worker(self.client, self.settings, HARNESS_QUEUE, **self.options)
 
     def bare_worker(self) -> Worker:
-        return bare_worker(self.client, BARE_QUEUE, self.settings, **self.options)
+        return bare_worker(self.bare_client, BARE_QUEUE, self.settings, **self.options)
 
     def worker(self, side: str) -> Worker:
         return self.harness_worker() if side == "harness" else self.bare_worker()
@@ -228,7 +231,7 @@ class Load:
         return handle.result
 
     async def start_bare(self, task_id: str) -> Callable[[], Awaitable[Any]]:
-        handle = await self.client.start_workflow(BareTaskWorkflow.run, self.activities_per_task, id=task_id,
+        handle = await self.bare_client.start_workflow(BareTaskWorkflow.run, self.activities_per_task, id=task_id,
                                                   task_queue=BARE_QUEUE, task_timeout=timedelta(seconds=3))
         self.ids["bare"].append(handle.id)
         return handle.result
@@ -299,7 +302,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         loop.set_default_executor(ThreadPoolExecutor(max_workers=args.threads))
     with tempfile.TemporaryDirectory(prefix="load-") as tmp, \
             Stack.for_tests(Path(tmp), server_config=dict(args.server_config)) as stack:
-        settings = Settings(temporal_address=stack.address, task_queue=HARNESS_QUEUE,
+        key = new_key() if args.encrypted else None
+        settings = Settings(temporal_address=stack.address, task_queue=HARNESS_QUEUE, payload_encryption_key=key,
                             stripe_api_base=stack.stripe_url, stripe_api_key=STRIPE_API_KEY,
                             agent_db_path=Path(tmp) / "agent.db")
         orders = LATENCY_BLOCKS * WARMUP + args.latency + (args.rounds + args.profile) * args.tickets
@@ -307,7 +311,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(seed_scenarios, Database(settings.agent_db_path),
                                 StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders)
         print(f"seeded {orders} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
-        client = await Client.connect(stack.address, data_converter=pydantic_data_converter,
+        # The harness's payloads go through the product's converter (infra/connection.py), encrypted with
+        # --encrypted as the deployment runs them (docker-compose.yml).
+        client = await Client.connect(stack.address, data_converter=data_converter(key),
                                       runtime=attempts.forwarding_runtime())
         load = Load(client, settings, stack, options)
         freeze_startup_objects()  # as worker.py does once it has built its worker
@@ -345,7 +351,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.gc_threshold:
         shown["gc"] = f"gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "slots": slots_described(settings, options),
-            "threads": args.threads, "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
+            "threads": args.threads, "encrypted": args.encrypted,
+            "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "notices": load.notices.lines,
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
             "rounds": rounds,
@@ -364,7 +371,8 @@ def report(result: dict[str, Any]) -> str:
     lines = [
         f"{result['tickets']} tasks at once x {len(result['rounds']['harness'])} rounds per side, "
         f"{result['activities_per_task']} activities per task; {result['slots']}; "
-        f"worker options {result['options'] or 'as build_worker'}"
+        f"worker options {result['options'] or 'as build_worker'}; harness payloads "
+        f"{'encrypted and compressed' if result.get('encrypted') else 'not encrypted'}"
         + (f", {result['threads']} threads for blocking I/O" if result["threads"] else "")
         + f"; server config over the stack's: {result.get('server_config') or 'none'}",
         "",
@@ -428,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", choices=["default", "passthrough", "off"], default="default",
                         help="default: the SDK's sandbox (re-imports the workflow modules for every run); "
                              "passthrough: our workflow modules imported once; off: no sandbox (an upper bound)")
+    parser.add_argument("--encrypted", action="store_true",
+                        help="the harness's payloads encrypted (and compressed where that makes them shorter) "
+                             "with a fresh key, as the deployment runs them; bare Temporal's stay the SDK's")
     parser.add_argument("--gc-threshold", type=int, default=0,
                         help="this gen0 threshold (Python's default: 700)")
     parser.add_argument("--profile", action="store_true",

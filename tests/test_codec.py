@@ -44,6 +44,13 @@ async def test_history_holds_no_plaintext_customer_data_and_still_replays(stack:
         assert text not in stored, text
     started = history.events[0].workflow_execution_started_event_attributes
     assert started.input.payloads[0].metadata["encoding"] == ENCODING
+    # The transcripts the model turns carry are compressed under the encryption: each stored smaller than it reads.
+    turns = [e.activity_task_scheduled_event_attributes.input.payloads[0] for e in history.events
+             if e.activity_task_scheduled_event_attributes.activity_type.name == "model_turn"]
+    codec = converter.payload_codec
+    assert codec is not None
+    opened = await codec.decode(turns[1:])
+    assert turns[1:] and all(len(s.data) < len(o.SerializeToString()) for s, o in zip(turns[1:], opened, strict=True))
 
     await Replayer(workflows=[AgentTaskWorkflow, ReconcileWorkflow], data_converter=converter).replay_workflow(history)
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from devstack.load import host_ticks, split, stolen_share
 from devstack.processes import PROJECT_ROOT, SERVER_PRAGMAS
 from devstack.stack import Stack
@@ -37,9 +39,10 @@ def test_the_dev_server_runs_with_a_server_config_in_place_of_the_stacks(tmp_pat
     assert all(f"{k}={v}" in values for k, v in SERVER_PRAGMAS.items() if k != key)
 
 
-def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_escalated():
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_escalated(encrypted: bool):
     command = [sys.executable, "-m", "devstack.load", "--tickets", "8", "--latency", "4", "--rounds", "2", "--json",
-               "--server-config", "history.timerProcessorMaxPollRPS=20"]
+               "--server-config", "history.timerProcessorMaxPollRPS=20", *(["--encrypted"] if encrypted else [])]
     run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(run.stdout[run.stdout.index("\n{") + 1:])
@@ -48,6 +51,7 @@ def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_esc
     assert [len(result["rounds"][side]) for side in ("harness", "bare")] == [2, 2]
     assert all(0 <= r["stolen"] < 1 for side in ("harness", "bare") for r in result["rounds"][side])
     assert result["server_config"] == {"history.timerProcessorMaxPollRPS": "20"}
+    assert result["encrypted"] is encrypted
     # every task of each side read back: 3 blocks of latency (3 unmeasured each, then 2, 1, 1), 2 rounds of 8
     for side, tally in result["honesty"].items():
         assert tally["tasks"] == 3 * 3 + 4 + 2 * 8, (side, tally)

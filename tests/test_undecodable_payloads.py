@@ -14,6 +14,7 @@ import asyncio
 import base64
 import json
 import secrets
+import zlib
 from collections import Counter
 
 import aiohttp
@@ -31,7 +32,17 @@ from temporalio.exceptions import ApplicationError
 from activities.world import World
 from devstack.processes import free_port
 from infra import connection
-from infra.codec import ENCODING, KEY_ID, UNDECODABLE, EncryptionCodec, PayloadKeyError, codec_app, data_converter
+from infra.codec import (
+    COMPRESSED,
+    ENCODING,
+    KEY_ID,
+    PLAIN_LIMIT,
+    UNDECODABLE,
+    EncryptionCodec,
+    PayloadKeyError,
+    codec_app,
+    data_converter,
+)
 from infra.settings import Settings
 from tests.approvers import signed
 from tests.helpers import checkpoint, finished, scenario_task, start, wait_for, waiting
@@ -198,3 +209,31 @@ async def test_the_codec_server_answers_a_bad_payload_with_its_marker():
         await runner.cleanup()
     assert json.loads(decoded.payloads[0].data) == {"task_id": "t"}
     assert _reason(decoded.payloads[1]) == "wrong key"
+
+
+async def test_a_compressed_payload_opens_only_whole_and_within_the_limit():
+    """What a holder of the key could still seal (another deployment's worker, a leaked key): a bomb that
+    opens to more than any payload of ours, a cut or padded stream, bytes that are not compressed at all.
+    Each is refused alone, with the bytes it would have opened to never held."""
+    key = _new_key()
+    codec = data_converter(key).payload_codec
+    transcript = _json({"messages": [{"role": "tool", "content": "refund performed " * 200}]})
+    stream = zlib.compress(transcript.SerializeToString())
+    bomb = Payload(metadata={"encoding": b"json/plain"}, data=b"0" * PLAIN_LIMIT).SerializeToString()
+    bad = [COMPRESSED + zlib.compress(bomb), COMPRESSED + stream[:-4],
+           COMPRESSED + stream + b"more", COMPRESSED + b"not a compressed stream", COMPRESSED]
+    decoded = await codec.decode([_sealed(key, COMPRESSED + stream), *(_sealed(key, b) for b in bad)])
+    assert decoded[0] == transcript
+    assert [_reason(p) for p in decoded[1:]] == ["not a payload"] * len(bad)
+
+
+async def test_large_payloads_are_compressed_before_they_are_encrypted_and_older_ones_still_open():
+    key = _new_key()
+    codec = data_converter(key).payload_codec
+    transcript = _json({"messages": [{"role": "tool", "content": f"refund {n} performed"} for n in range(100)]})
+    small = _json({"intent_key": "k"})
+    [sealed, sealed_small] = await codec.encode([transcript, small])
+    assert len(sealed.data) < len(transcript.SerializeToString()) / 3
+    assert len(sealed_small.data) == len(small.SerializeToString()) + 28  # nonce and tag: not worth compressing
+    written_before = _sealed(key, transcript.SerializeToString())  # this codec's layout before compression
+    assert await codec.decode([sealed, sealed_small, written_before]) == [transcript, small, transcript]
