@@ -68,7 +68,8 @@ _REASONS = {
 # its transcript, and the server's CPU per task grows with the bytes of its history (docs/figures.md). The
 # compressed plaintext starts with a zero byte, which a serialized Payload never does (field 0 does not
 # exist), so ciphertexts written before read as they did; the mark is inside the ciphertext, so nobody
-# without the key can set or clear it.
+# without the key can set or clear it. Compressed, a payload's length depends on what it says:
+# PAYLOAD_COMPRESSION=false where someone who reads the history's sizes may also write text into tasks.
 COMPRESSED = b"\x00"
 COMPRESS_FROM = 256  # bytes of a serialized payload: shorter ones seldom shrink
 # The most a compressed payload opens to, twice the 2 MiB Temporal takes in one payload; none larger is compressed.
@@ -114,15 +115,22 @@ class _PayloadConverter(PydanticPayloadConverter):
 
 
 class EncryptionCodec(PayloadCodec):
-    def __init__(self, key: bytes, key_id: str = KEY_ID) -> None:
+    """`compress`: compress what it encrypts where that is shorter (a compressed payload opens either way)."""
+
+    def __init__(self, key: bytes, key_id: str = KEY_ID, compress: bool = True) -> None:
         if len(key) != 32:
             raise ValueError("PAYLOAD_ENCRYPTION_KEY must be 32 bytes, base64-encoded")
         self._aead = AESGCM(key)
         self._key_id = key_id
+        self._compress = compress
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return [Payload(metadata={"encoding": ENCODING, "encryption-key-id": self._key_id.encode()},
-                        data=self._encrypt(_deflated(p.SerializeToString()))) for p in payloads]
+                        data=self._encrypt(self._plain(p))) for p in payloads]
+
+    def _plain(self, payload: Payload) -> bytes:
+        plain = payload.SerializeToString()
+        return _deflated(plain) if self._compress else plain
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
@@ -220,7 +228,7 @@ class _NoExternalStorage(DataConverter):
         return [refused("external storage") if _names_external_storage(p) else p for p in payloads]
 
 
-def data_converter(key: str | None) -> DataConverter:
+def data_converter(key: str | None, compress: bool = True) -> DataConverter:
     """The one data converter: pydantic, plus encryption when a key is configured.
 
     With a key, failures' messages and stack traces are moved into an encoded payload too (a
@@ -231,7 +239,7 @@ def data_converter(key: str | None) -> DataConverter:
     converter = _NoExternalStorage(payload_converter_class=_PayloadConverter)
     if not key:
         return dataclasses.replace(converter, payload_codec=_NoKeyCodec())
-    return dataclasses.replace(converter, payload_codec=EncryptionCodec(key_from(key)),
+    return dataclasses.replace(converter, payload_codec=EncryptionCodec(key_from(key), compress=compress),
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
 
 

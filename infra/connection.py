@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import Client, Interceptor
+from temporalio.converter import DataConverter
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import Runtime
 
@@ -60,7 +61,12 @@ def namespace(settings: Settings) -> str:
 
 async def connect(settings: Settings, runtime: Runtime | None = None,
                   interceptors: Sequence[Interceptor] = ()) -> Client:
-    key = settings.payload_encryption_key.get_secret_value() if settings.payload_encryption_key else None
-    converter = data_converter(key)
     options = connect_options(settings)
-    return await Client.connect(**options, data_converter=converter, runtime=runtime, interceptors=interceptors)
+    return await Client.connect(**options, data_converter=converter_for(settings), runtime=runtime,
+                                interceptors=interceptors)
+
+
+def converter_for(settings: Settings) -> DataConverter:
+    """The settings' data converter: encrypted with their key, if any, and compressed unless they say not."""
+    key = settings.payload_encryption_key.get_secret_value() if settings.payload_encryption_key else None
+    return data_converter(key, settings.payload_compression)

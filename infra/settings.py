@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     temporal_address: str | None = None
     temporal_namespace: str | None = None
     payload_encryption_key: SecretStr | None = Field(default=None, description="base64 of 32 bytes; see infra/codec.py")
+    payload_compression: bool = Field(default=True, description="with the key: compress payloads before they are"
+                                      " encrypted, where that makes them shorter (docs/security.md)")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus endpoint on 127.0.0.1; 0 is off")
     otel_tracing: bool = False
     task_queue: str = DEFAULT_TASK_QUEUE

@@ -237,3 +237,11 @@ async def test_large_payloads_are_compressed_before_they_are_encrypted_and_older
     assert len(sealed_small.data) == len(small.SerializeToString()) + 28  # nonce and tag: not worth compressing
     written_before = _sealed(key, transcript.SerializeToString())  # this codec's layout before compression
     assert await codec.decode([sealed, sealed_small, written_before]) == [transcript, small, transcript]
+
+    # PAYLOAD_COMPRESSION=false: lengths that say nothing of the content, and what was compressed still opens.
+    settings = Settings(payload_encryption_key=SecretStr(key), payload_compression=False)
+    uncompressed = connection.converter_for(settings).payload_codec
+    assert uncompressed is not None
+    [plain_sealed] = await uncompressed.encode([transcript])
+    assert len(plain_sealed.data) == len(transcript.SerializeToString()) + 28
+    assert await uncompressed.decode([sealed, plain_sealed]) == [transcript, transcript]
