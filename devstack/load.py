@@ -69,7 +69,8 @@ from devstack.scenarios import batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
 from infra.bytecode import ensure_bytecode
-from infra.codec import data_converter, new_key
+from infra.codec import new_key
+from infra.connection import converter_for
 from infra.exit import run_main
 from infra.liveness import keeper_pid
 from infra.settings import Settings
@@ -312,8 +313,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                                 StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders)
         print(f"seeded {orders} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
         # The harness's payloads go through the product's converter (infra/connection.py), encrypted with
-        # --encrypted as the deployment runs them (docker-compose.yml).
-        client = await Client.connect(stack.address, data_converter=data_converter(key),
+        # --encrypted as the deployment runs them (docker-compose.yml), compressed as PAYLOAD_COMPRESSION says.
+        client = await Client.connect(stack.address, data_converter=converter_for(settings),
                                       runtime=attempts.forwarding_runtime())
         load = Load(client, settings, stack, options)
         freeze_startup_objects()  # as worker.py does once it has built its worker
@@ -351,13 +352,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.gc_threshold:
         shown["gc"] = f"gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "slots": slots_described(settings, options),
-            "threads": args.threads, "encrypted": args.encrypted,
+            "threads": args.threads, "encrypted": args.encrypted, "compressed": settings.payload_compression,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "notices": load.notices.lines,
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
             "rounds": rounds,
             "tickets": args.tickets, "server_config": server_config,
             "profile": profile.table() if args.profile else None, "profile_side": args.profile_side}
+
+
+def payloads_described(result: dict[str, Any]) -> str:
+    if not result.get("encrypted"):
+        return "not encrypted"
+    return "encrypted and compressed" if result["compressed"] else "encrypted, not compressed"
 
 
 def report(result: dict[str, Any]) -> str:
@@ -372,7 +379,7 @@ def report(result: dict[str, Any]) -> str:
         f"{result['tickets']} tasks at once x {len(result['rounds']['harness'])} rounds per side, "
         f"{result['activities_per_task']} activities per task; {result['slots']}; "
         f"worker options {result['options'] or 'as build_worker'}; harness payloads "
-        f"{'encrypted and compressed' if result.get('encrypted') else 'not encrypted'}"
+        f"{payloads_described(result)}"
         + (f", {result['threads']} threads for blocking I/O" if result["threads"] else "")
         + f"; server config over the stack's: {result.get('server_config') or 'none'}",
         "",
@@ -437,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: the SDK's sandbox (re-imports the workflow modules for every run); "
                              "passthrough: our workflow modules imported once; off: no sandbox (an upper bound)")
     parser.add_argument("--encrypted", action="store_true",
-                        help="the harness's payloads encrypted (and compressed where that makes them shorter) "
-                             "with a fresh key, as the deployment runs them; bare Temporal's stay the SDK's")
+                        help="the harness's payloads encrypted with a fresh key, as the deployment runs them "
+                             "(compressed first where that makes them shorter, unless PAYLOAD_COMPRESSION=false); "
+                             "bare Temporal's stay the SDK's")
     parser.add_argument("--gc-threshold", type=int, default=0,
                         help="this gen0 threshold (Python's default: 700)")
     parser.add_argument("--profile", action="store_true",

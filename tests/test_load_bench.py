@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,20 +42,34 @@ def test_the_dev_server_runs_with_a_server_config_in_place_of_the_stacks(tmp_pat
     assert all(f"{k}={v}" in values for k, v in SERVER_PRAGMAS.items() if k != key)
 
 
-@pytest.mark.parametrize("encrypted", [False, True])
-def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_escalated(encrypted: bool):
+@cache
+def small_run(encrypted: bool, compressed: bool) -> dict[str, Any]:
     command = [sys.executable, "-m", "devstack.load", "--tickets", "8", "--latency", "4", "--rounds", "2", "--json",
                "--server-config", "history.timerProcessorMaxPollRPS=20", *(["--encrypted"] if encrypted else [])]
-    run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "PAYLOAD_COMPRESSION": str(compressed).lower()}
+    run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    result = json.loads(run.stdout[run.stdout.index("\n{") + 1:])
+    return json.loads(run.stdout[run.stdout.index("\n{") + 1:])
+
+
+@pytest.mark.parametrize(("encrypted", "compressed"), [(False, True), (True, True), (True, False)])
+def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_escalated(encrypted: bool,
+                                                                                       compressed: bool):
+    result = small_run(encrypted, compressed)
     assert {side: len(seconds) for side, seconds in result["latency"].items()} == {"harness": 4, "bare": 4}
     assert result["activities_per_task"] >= 5  # model turns and tool calls of a refund ticket
     assert [len(result["rounds"][side]) for side in ("harness", "bare")] == [2, 2]
     assert all(0 <= r["stolen"] < 1 for side in ("harness", "bare") for r in result["rounds"][side])
     assert result["server_config"] == {"history.timerProcessorMaxPollRPS": "20"}
-    assert result["encrypted"] is encrypted
+    assert (result["encrypted"], result["compressed"]) == (encrypted, compressed)
     # every task of each side read back: 3 blocks of latency (3 unmeasured each, then 2, 1, 1), 2 rounds of 8
     for side, tally in result["honesty"].items():
         assert tally["tasks"] == 3 * 3 + 4 + 2 * 8, (side, tally)
         assert tally["live_timed_out"] == 0 and not tally["escalations"] and not tally["retries"], (side, tally)
+
+
+def test_the_harness_payloads_are_compressed_as_the_settings_say():
+    """The same tickets' histories, encrypted with PAYLOAD_COMPRESSION on and off: the harness's converter is the
+    deployment's (a converter of its own would compress either way, or never)."""
+    (_, compressed), (_, plain) = (small_run(True, c)["history"]["harness"] for c in (True, False))
+    assert compressed < plain * 0.95, (compressed, plain)
