@@ -97,16 +97,13 @@ def test_a_key_file_that_is_not_a_key(tmp_path: Path):
 @pytest.fixture
 async def encrypted_waiting_task(stack: Stack, settings, world):
     """A task of an encrypted stack, waiting for an approval, with its worker running in this process."""
-    import base64
-    import secrets
-
     from temporalio.client import Client
 
-    from infra.codec import data_converter
+    from infra.codec import data_converter, new_key
     from tests.helpers import scenario_task, start, waiting
     from worker import build_worker
 
-    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    key = new_key()
     encrypted = await Client.connect(stack.address, data_converter=data_converter(key))
     low_ceiling = settings.model_copy(update={"approval_ceiling_cents": 5000})
     task = scenario_task("SU-88421")
@@ -121,12 +118,12 @@ async def test_encrypted_tasks_without_the_right_key(key_case: str, encrypted_wa
                                                      tmp_path: Path):
     """status, list, resolve and batch on encrypted tasks: one line and exit 2, naming the key."""
     import asyncio
-    import base64
     import json
-    import secrets
+
+    from infra.codec import new_key
 
     task_id, _, settings = encrypted_waiting_task
-    wrong = base64.b64encode(secrets.token_bytes(32)).decode() if key_case == "wrong" else ""
+    wrong = new_key() if key_case == "wrong" else ""
     env = {"TEMPORAL_ADDRESS": stack.address, "STRIPE_API_BASE": stack.stripe_url, "TASK_QUEUE": settings.task_queue,
            "AGENT_DB_PATH": str(settings.agent_db_path), "PAYLOAD_ENCRYPTION_KEY": wrong}
     tickets = tmp_path / "t.jsonl"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
 
 import aiohttp
 from aiohttp import web
@@ -17,7 +16,7 @@ from temporalio.worker import Replayer
 from activities.world import World
 from devstack.processes import free_port
 from devstack.stack import Stack
-from infra.codec import ENCODING, EncryptionCodec, codec_app, data_converter
+from infra.codec import ENCODING, EncryptionCodec, codec_app, data_converter, new_key
 from infra.settings import Settings
 from tests.helpers import run, scenario_task
 from worker import build_worker
@@ -28,7 +27,7 @@ PLAINTEXT = [b"Maya Okafor", b"maya.okafor@example.com", b"4-shelf oak unit", b"
 
 async def test_history_holds_no_plaintext_customer_data_and_still_replays(stack: Stack, client: Client,
                                                                          settings: Settings, world: World):
-    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    key = new_key()
     converter = data_converter(key)
     encrypted = await Client.connect(stack.address, data_converter=converter)
     task = scenario_task("SU-88421")

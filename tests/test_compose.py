@@ -12,11 +12,9 @@ search attributes; the local Stripe stand-in is in the development profile only.
 from __future__ import annotations
 
 import ast
-import base64
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -34,6 +32,7 @@ from packaging.utils import canonicalize_name
 from activities.authority import new_key_file, public_key_text
 from core.names import SEARCH_ATTRIBUTES
 from devstack.processes import SERVER_PRAGMAS
+from infra.codec import new_key
 from infra.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +51,7 @@ def env_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     new_key_file(key)
     from activities.authority import load_key_file
     values = {"APPROVERS": f"ops@example.com={public_key_text(load_key_file(key))}",
-              "PAYLOAD_ENCRYPTION_KEY": base64.b64encode(secrets.token_bytes(32)).decode()}
+              "PAYLOAD_ENCRYPTION_KEY": new_key()}
     lines = [f"{line}{values[line[:-1]]}" if line.endswith("=") and line[:-1] in values else line
              for line in (ROOT / "agent.env.example").read_text().splitlines()]
     path = folder / "agent.env"

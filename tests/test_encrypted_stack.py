@@ -4,10 +4,8 @@ tasks decrypted; without the endpoint the same query shows only ciphertext."""
 
 from __future__ import annotations
 
-import base64
 import os
 import re
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +14,13 @@ import pytest
 
 from devstack.__main__ import build_state, print_state, seed_demo_data
 from devstack.stack import Stack
+from infra.codec import new_key
 from tests.test_readme import ROOT, runbook_blocks
 
 
 @pytest.fixture
 def encrypted_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    monkeypatch.setenv("PAYLOAD_ENCRYPTION_KEY", base64.b64encode(secrets.token_bytes(32)).decode())
+    monkeypatch.setenv("PAYLOAD_ENCRYPTION_KEY", new_key())
     with Stack.for_tests(tmp_path / "stack", headless=True, with_worker=True) as stack:
         seed_demo_data(stack.env())
         yield stack

@@ -14,10 +14,8 @@ expired, for another task, from a non-approver or for another call.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import random
-import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +34,7 @@ from temporalio.worker import Replayer
 from activities.world import World
 from core.authority import DECISIONS_KEPT
 from infra import connection
+from infra.codec import new_key
 from infra.settings import Settings
 from tests.approvers import ALICE, BOB, signed
 from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
@@ -192,7 +191,7 @@ async def _send(handle: WorkflowHandle, message: Message) -> str:
 async def test_hostile_signals_and_updates_fail_no_workflow_task_and_change_nothing(
     keyed: bool, client: Client, settings: Settings, world: World, tmp_path: Path,
 ):
-    key = base64.b64encode(secrets.token_bytes(32)).decode() if keyed else None
+    key = new_key() if keyed else None
     strict = settings.model_copy(update={"approval_ceiling_cents": 10000,
                                          "payload_encryption_key": SecretStr(key) if key else None})
     product = await connection.connect(strict)  # the product's client: its data converter and codec

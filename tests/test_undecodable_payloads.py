@@ -42,15 +42,12 @@ from infra.codec import (
     PayloadKeyError,
     codec_app,
     data_converter,
+    new_key,
 )
 from infra.settings import Settings
 from tests.approvers import signed
 from tests.helpers import checkpoint, finished, scenario_task, start, wait_for, waiting
 from worker import build_worker
-
-
-def _new_key() -> str:
-    return base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 def _json(value: object) -> Payload:
@@ -67,7 +64,7 @@ def _sealed(key: str, plain: bytes, key_id: bytes = KEY_ID.encode()) -> Payload:
 async def _forged(worker_key: str | None, decision: dict) -> list[tuple[str, Payload, str]]:
     """(what, payload, the reason a worker with `worker_key` gives) for each shape it cannot decode.
     One is a real signed approval encrypted with another key: it must not count either."""
-    other = _new_key()
+    other = new_key()
     garbage = secrets.token_bytes(64)
     shapes = [
         ("forged metadata, garbage", Payload(metadata={"encoding": ENCODING}, data=garbage), "unknown key id"),
@@ -98,7 +95,7 @@ async def _forged(worker_key: str | None, decision: dict) -> list[tuple[str, Pay
 async def test_undecodable_signals_and_updates_are_recorded_and_the_task_still_pays_once(
     keyed: bool, client: Client, settings: Settings, world: World,
 ):
-    key = _new_key() if keyed else None
+    key = new_key() if keyed else None
     strict = settings.model_copy(update={"approval_ceiling_cents": 10000,
                                          "payload_encryption_key": SecretStr(key) if key else None})
     product = await connection.connect(strict)  # the product's client: its data converter and codec
@@ -151,7 +148,7 @@ def _reason(payload: Payload) -> str:
 
 
 async def test_the_codec_refuses_each_bad_payload_where_it_stands():
-    key = _new_key()
+    key = new_key()
     codec = data_converter(key).payload_codec
     good = _json({"intent_key": "k"})
     bad = [
@@ -161,7 +158,7 @@ async def test_the_codec_refuses_each_bad_payload_where_it_stands():
         (Payload(metadata={"encoding": ENCODING, "encryption-key-id": KEY_ID.encode()}, data=b"garbage" * 9),
          "wrong key"),
         (Payload(metadata={"encoding": ENCODING, "encryption-key-id": KEY_ID.encode()}, data=b""), "wrong key"),
-        ((await EncryptionCodec(base64.b64decode(_new_key())).encode([good]))[0], "wrong key"),
+        ((await EncryptionCodec(base64.b64decode(new_key())).encode([good]))[0], "wrong key"),
         (_sealed(key, b"\xff\xff not a protobuf"), "not a payload"),
     ]
     [sealed_good] = await codec.encode([good])
@@ -182,8 +179,8 @@ class _Typed(BaseModel):
 @pytest.mark.parametrize("key", ["missing", "wrong"])
 async def test_a_refused_payload_is_a_raw_value_to_handlers_and_a_key_error_to_typed_readers(key: str):
     """What the workflow's dynamic handlers see, and what the starter reports (one line, exit 2)."""
-    [sealed] = await data_converter(_new_key()).encode([_Typed(intent_key="k")])
-    reader = data_converter(None if key == "missing" else _new_key())
+    [sealed] = await data_converter(new_key()).encode([_Typed(intent_key="k")])
+    reader = data_converter(None if key == "missing" else new_key())
     [raw] = await reader.decode([sealed], [RawValue])
     assert isinstance(raw, RawValue) and _reason(raw.payload) in ("key not set", "wrong key")
     with pytest.raises(PayloadKeyError, match="PAYLOAD_ENCRYPTION_KEY"):
@@ -191,7 +188,7 @@ async def test_a_refused_payload_is_a_raw_value_to_handlers_and_a_key_error_to_t
 
 
 async def test_the_codec_server_answers_a_bad_payload_with_its_marker():
-    key = _new_key()
+    key = new_key()
     codec = EncryptionCodec(base64.b64decode(key))
     [sealed] = await codec.encode([_json({"task_id": "t"})])
     forged = Payload(metadata={"encoding": ENCODING, "encryption-key-id": KEY_ID.encode()}, data=b"garbage")
@@ -215,7 +212,7 @@ async def test_a_compressed_payload_opens_only_whole_and_within_the_limit():
     """What a holder of the key could still seal (another deployment's worker, a leaked key): a bomb that
     opens to more than any payload of ours, a cut or padded stream, bytes that are not compressed at all.
     Each is refused alone, with the bytes it would have opened to never held."""
-    key = _new_key()
+    key = new_key()
     codec = data_converter(key).payload_codec
     transcript = _json({"messages": [{"role": "tool", "content": "refund performed " * 200}]})
     stream = zlib.compress(transcript.SerializeToString())
@@ -228,7 +225,7 @@ async def test_a_compressed_payload_opens_only_whole_and_within_the_limit():
 
 
 async def test_large_payloads_are_compressed_before_they_are_encrypted_and_older_ones_still_open():
-    key = _new_key()
+    key = new_key()
     codec = data_converter(key).payload_codec
     transcript = _json({"messages": [{"role": "tool", "content": f"refund {n} performed"} for n in range(100)]})
     small = _json({"intent_key": "k"})
