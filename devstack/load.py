@@ -45,6 +45,7 @@ import os
 import resource
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -135,6 +136,43 @@ def context_switches() -> int:
     """This process's context switches so far, voluntary (a thread waiting) and not (preempted)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_nvcsw + usage.ru_nivcsw
+
+
+# This process's threads by what runs on them (Python's thread names; a thread Python does not know is
+# the SDK's core, whose Rust threads run its polls, RPCs and state machines).
+THREAD_GROUPS = {"MainThread": "the event loop (client, SDK, codec, async activities)",
+                 "temporal_workflow_": "workflow activations (the sandbox, our workflow code)",
+                 "asyncio_": "the tools' blocking calls (SQLite, provider HTTP)"}
+OTHER_PYTHON = "other Python threads (heartbeat pump, ...)"
+NATIVE = "the SDK's core (Rust threads)"
+
+
+def thread_group(python_name: str | None) -> str:
+    if python_name is None:
+        return NATIVE
+    return next((group for prefix, group in THREAD_GROUPS.items() if python_name.startswith(prefix)), OTHER_PYTHON)
+
+
+def thread_ticks() -> dict[int, tuple[str, int]]:
+    """(group, utime + stime ticks) of each of this process's threads now."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    ticks = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended between the listing and the read
+        ticks[int(tid)] = (thread_group(names.get(int(tid))), int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def cpu_by_thread_group(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, float]:
+    """CPU seconds each group spent between two readings, over the threads alive at the second (a thread
+    that ended in between takes its share with it: pools keep theirs while a worker runs)."""
+    spent = dict.fromkeys([*THREAD_GROUPS.values(), OTHER_PYTHON, NATIVE], 0.0)
+    for tid, (group, ticks) in after.items():
+        spent[group] += (ticks - before.get(tid, (group, 0))[1]) / os.sysconf("SC_CLK_TCK")
+    return spent
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -267,6 +305,7 @@ class Load:
                 "liveness keeper": keeper_pid(self.client)}
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         own, switches, collected = os.times(), context_switches(), list(self.collections.seconds)
+        threads = thread_ticks()
         host = host_ticks()
         sem = asyncio.Semaphore(50)
 
@@ -288,6 +327,8 @@ class Load:
         cpu["load, of it in the kernel"] = after_own.system - own.system
         for generation, seconds in enumerate(self.collections.seconds):
             cpu[f"load, of it collecting garbage, generation {generation}"] = seconds - collected[generation]
+        for group, seconds in cpu_by_thread_group(threads, thread_ticks()).items():
+            cpu[f"load, of it on {group}"] = seconds
         return {"context_switches": context_switches() - switches,
                 "seconds": elapsed, "tasks_per_s": count / elapsed, "stolen": stolen_share(host, host_ticks()),
                 "activities_per_s": count * self.activities_per_task / elapsed,
@@ -300,7 +341,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.gc_threshold:
         gc.set_threshold(args.gc_threshold, 20, 20)
     if args.threads:
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=args.threads))
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=args.threads, thread_name_prefix="asyncio"))
     with tempfile.TemporaryDirectory(prefix="load-") as tmp, \
             Stack.for_tests(Path(tmp), server_config=dict(args.server_config)) as stack:
         key = new_key() if args.encrypted else None

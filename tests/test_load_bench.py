@@ -6,13 +6,15 @@ import json
 import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devstack.load import host_ticks, split, stolen_share
+from devstack.load import THREAD_GROUPS, cpu_by_thread_group, host_ticks, split, stolen_share, thread_ticks
 from devstack.processes import PROJECT_ROOT, SERVER_PRAGMAS
 from devstack.stack import Stack
 
@@ -29,6 +31,21 @@ def test_the_stolen_share_is_of_the_whole_machine_between_two_readings():
     assert stolen_share((10, 1000), (10, 1000)) == 0.0  # no time passed: nothing to share out
     stolen, total = host_ticks()
     assert 0 <= stolen <= total and total > 0
+
+
+def test_cpu_is_told_apart_by_the_thread_it_ran_on():
+    """A thread of the tools' pool (asyncio's default executor) that burns CPU shows in the tools' row only."""
+    before = thread_ticks()
+
+    def burn() -> None:
+        while time.thread_time() < 0.2:
+            pass
+    with ThreadPoolExecutor(thread_name_prefix="asyncio") as pool:
+        pool.submit(burn).result()
+        spent = cpu_by_thread_group(before, thread_ticks())
+    tools = THREAD_GROUPS["asyncio_"]
+    assert spent[tools] >= 0.1, spent
+    assert spent[THREAD_GROUPS["temporal_workflow_"]] == 0, spent
 
 
 def test_the_dev_server_runs_with_a_server_config_in_place_of_the_stacks(tmp_path: Path):
@@ -66,6 +83,8 @@ def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_esc
     for side, tally in result["honesty"].items():
         assert tally["tasks"] == 3 * 3 + 4 + 2 * 8, (side, tally)
         assert tally["live_timed_out"] == 0 and not tally["escalations"] and not tally["retries"], (side, tally)
+    # the refunds' ledger and provider calls ran on the tools' threads
+    assert all(r[f"cpu:load, of it on {THREAD_GROUPS['asyncio_']}"] > 0 for r in result["rounds"]["harness"])
 
 
 def test_the_harness_payloads_are_compressed_as_the_settings_say():
