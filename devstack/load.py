@@ -138,41 +138,54 @@ def context_switches() -> int:
     return usage.ru_nvcsw + usage.ru_nivcsw
 
 
-# This process's threads by what runs on them (Python's thread names; a thread Python does not know is
-# the SDK's core, whose Rust threads run its polls, RPCs and state machines).
+# This process's threads by what runs on them (Python's thread names). A thread Python did not start is
+# the SDK's core, whose Rust threads run its polls, RPCs and state machines (one that once called into
+# Python, to forward a log line, is listed as a dummy thread: it is still the core's).
 THREAD_GROUPS = {"MainThread": "the event loop (client, SDK, codec, async activities)",
                  "temporal_workflow_": "workflow activations (the sandbox, our workflow code)",
                  "asyncio_": "the tools' blocking calls (SQLite, provider HTTP)"}
 OTHER_PYTHON = "other Python threads (heartbeat pump, ...)"
 NATIVE = "the SDK's core (Rust threads)"
+ENDED = "threads that ended during the round (the rest of the total)"
 
 
-def thread_group(python_name: str | None) -> str:
-    if python_name is None:
+def thread_group(thread: threading.Thread | None) -> str:
+    if thread is None or isinstance(thread, threading._DummyThread):
         return NATIVE
-    return next((group for prefix, group in THREAD_GROUPS.items() if python_name.startswith(prefix)), OTHER_PYTHON)
+    return next((group for prefix, group in THREAD_GROUPS.items() if thread.name.startswith(prefix)), OTHER_PYTHON)
 
 
 def thread_ticks() -> dict[int, tuple[str, int]]:
     """(group, utime + stime ticks) of each of this process's threads now."""
-    names = {t.native_id: t.name for t in threading.enumerate()}
+    tids = os.listdir("/proc/self/task")
+    threads = {t.native_id: t for t in threading.enumerate()}  # after the listing: every Python one in it
     ticks = {}
-    for tid in os.listdir("/proc/self/task"):
+    for tid in tids:
         try:
             fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # it ended between the listing and the read
-        ticks[int(tid)] = (thread_group(names.get(int(tid))), int(fields[11]) + int(fields[12]))
+        ticks[int(tid)] = (thread_group(threads.get(int(tid))), int(fields[11]) + int(fields[12]))
     return ticks
 
 
-def cpu_by_thread_group(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]]) -> dict[str, float]:
-    """CPU seconds each group spent between two readings, over the threads alive at the second (a thread
-    that ended in between takes its share with it: pools keep theirs while a worker runs)."""
+def cpu_by_thread_group(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]],
+                        total: float) -> dict[str, float]:
+    """CPU seconds each group spent between two readings of the threads, and `total` (the process's
+    CPU over the same time) less theirs: the share of threads that ended in between."""
     spent = dict.fromkeys([*THREAD_GROUPS.values(), OTHER_PYTHON, NATIVE], 0.0)
     for tid, (group, ticks) in after.items():
-        spent[group] += (ticks - before.get(tid, (group, 0))[1]) / os.sysconf("SC_CLK_TCK")
+        was = before.get(tid)
+        # A thread id used again by a new thread (another group, or fewer ticks) starts from nothing.
+        start = was[1] if was is not None and was[0] == group and was[1] <= ticks else 0
+        spent[group] += (ticks - start) / os.sysconf("SC_CLK_TCK")
+    spent[ENDED] = max(0.0, total - sum(spent.values()))
     return spent
+
+
+def bare_client(client: Client) -> Client:
+    """`client`'s connection with the SDK's own converter: how bare Temporal's tasks are started."""
+    return Client(**{**client.config(), "data_converter": pydantic_data_converter})
 
 
 def cpu_seconds(pid: int | None) -> float:
@@ -229,7 +242,7 @@ class Load:
     def __init__(self, client: Client, settings: Settings, stack: Stack, options: dict[str, Any]) -> None:
         self.client, self.settings, self.stack, self.options = client, settings, stack, options
         # Bare Temporal as a team would run it: the SDK's pydantic converter, no codec of ours.
-        self.bare_client = Client(**{**client.config(), "data_converter": pydantic_data_converter})
+        self.bare_client = bare_client(client)
         self.next_ticket = 1
         self.activities_per_task = 0
         self.history: dict[str, tuple[int, int]] = {}
@@ -327,7 +340,7 @@ class Load:
         cpu["load, of it in the kernel"] = after_own.system - own.system
         for generation, seconds in enumerate(self.collections.seconds):
             cpu[f"load, of it collecting garbage, generation {generation}"] = seconds - collected[generation]
-        for group, seconds in cpu_by_thread_group(threads, thread_ticks()).items():
+        for group, seconds in cpu_by_thread_group(threads, thread_ticks(), cpu["load (client + worker)"]).items():
             cpu[f"load, of it on {group}"] = seconds
         return {"context_switches": context_switches() - switches,
                 "seconds": elapsed, "tasks_per_s": count / elapsed, "stolen": stolen_share(host, host_ticks()),
@@ -393,13 +406,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.gc_threshold:
         shown["gc"] = f"gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "slots": slots_described(settings, options),
-            "threads": args.threads, "encrypted": args.encrypted, "compressed": settings.payload_compression,
+            "threads": args.threads, "encrypted": args.encrypted,
+            "compressed": args.encrypted and settings.payload_compression,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "notices": load.notices.lines,
             "activities_per_task": load.activities_per_task, "history": load.history, "latency": latency,
             "rounds": rounds,
             "tickets": args.tickets, "server_config": server_config,
             "profile": profile.table() if args.profile else None, "profile_side": args.profile_side}
+
+
+ENCRYPTED_HELP = ("the harness's payloads encrypted with a fresh key, as the deployment runs them (compressed "
+                  "first where that makes them shorter, unless PAYLOAD_COMPRESSION=false); bare Temporal's "
+                  "stay unencrypted")
 
 
 def payloads_described(result: dict[str, Any]) -> str:
@@ -485,9 +504,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: the SDK's sandbox (re-imports the workflow modules for every run); "
                              "passthrough: our workflow modules imported once; off: no sandbox (an upper bound)")
     parser.add_argument("--encrypted", action="store_true",
-                        help="the harness's payloads encrypted with a fresh key, as the deployment runs them "
-                             "(compressed first where that makes them shorter, unless PAYLOAD_COMPRESSION=false); "
-                             "bare Temporal's stay the SDK's")
+                        help=ENCRYPTED_HELP)
     parser.add_argument("--gc-threshold", type=int, default=0,
                         help="this gen0 threshold (Python's default: 700)")
     parser.add_argument("--profile", action="store_true",

@@ -1,7 +1,7 @@
 """A Sundry week: 4,200 generated refund tickets of a realistic mix, started at once, timed.
 
-    python -m devstack.week [--tickets 4200] [--seed 1] [--fault-rate 0.03] [--json] [--logs DIR]
-                            [--server-config KEY=VALUE ...]
+    python -m devstack.week [--tickets 4200] [--seed 1] [--fault-rate 0.03] [--encrypted] [--json]
+                            [--logs DIR] [--server-config KEY=VALUE ...]
 
 On a fresh local stack (Temporal dev server, localstripe behind the Stripe edge in dedupe mode) with
 one worker, `python worker.py` in a process of its own, as a deployment runs it (this process only
@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.db import Database
 from activities.heartbeats import FIRST_BEAT
@@ -66,10 +65,12 @@ from core.names import STATUS_ATTR
 from devstack import attempts
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
-from devstack.load import host_ticks, stolen_share
+from devstack.load import ENCRYPTED_HELP, bare_client, host_ticks, payloads_described, stolen_share
 from devstack.polling import poll_until
 from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
+from infra.codec import new_key
+from infra.connection import converter_for
 from infra.exit import run_main
 from infra.settings import Settings
 from infra.telemetry import GC_PAUSE_SAID
@@ -182,11 +183,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="week-") as tmp, \
             Stack.for_tests(Path(tmp), server_config=dict(args.server_config)) as stack:
+        key = new_key() if args.encrypted else None
         settings = Settings(temporal_address=stack.address, task_queue=QUEUE, stripe_api_base=stack.stripe_url,
-                            stripe_api_key=STRIPE_API_KEY, agent_db_path=stack.agent_db,
+                            stripe_api_key=STRIPE_API_KEY, agent_db_path=stack.agent_db, payload_encryption_key=key,
                             stripe_timeout_seconds=CLIENT_TIMEOUT, stripe_processing_window_seconds=WINDOW)
+        # The key is the flag's alone (empty is none), whatever this process's environment holds.
         worker_env = {"TASK_QUEUE": QUEUE, "STRIPE_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT),
-                      "STRIPE_PROCESSING_WINDOW_SECONDS": str(WINDOW), "RECONCILE_EVERY_MINUTES": "0"}
+                      "STRIPE_PROCESSING_WINDOW_SECONDS": str(WINDOW), "RECONCILE_EVERY_MINUTES": "0",
+                      "PAYLOAD_ENCRYPTION_KEY": key or ""}
         week = plan(args.tickets, rng, settings.approval_ceiling_cents)
         Database(settings.database).create()
         started = time.perf_counter()
@@ -194,7 +198,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"seeded {len(week.orders)} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
         edge = EdgeControl(stack.stripe_url)
         edge.configure("dedupe", fault_rules(args.fault_rate))
-        client = await Client.connect(stack.address, data_converter=pydantic_data_converter)
+        # The tickets go through the product's converter (encrypted with --encrypted, as the deployment runs
+        # them). Bare Temporal's tasks are started through the SDK's, on the same connection, and its worker
+        # process reads them with the product's converter without a key (devstack/bare_worker.py).
+        client = await Client.connect(stack.address, data_converter=converter_for(settings))
+        bare_starter = bare_client(client)
         sem = asyncio.Semaphore(50)
 
         async def start(ticket: Ticket) -> WorkflowHandle:
@@ -210,21 +218,27 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             stolen = {"harness": stolen_share(host, host_ticks())}
         finally:
             worker.stop()
+        first = week.tickets[0].task.task_id
+        stored = {"ticket's input (the client's)": await stored_encoding(client, first, "workflow_execution_started"),
+                  "ticket's first step (the worker's)": await stored_encoding(client, first, "activity_task_scheduled")}
         faults = {k.removeprefix("fault:"): v for k, v in edge.stats().items()
                   if k.startswith("fault:") and k.count(":") == 1}
         edge.configure("dedupe", [])
         world = judge(World(Database(settings.database), StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0)),
                       week, results)
         host = host_ticks()
-        bare = None if args.no_bare else await bare_week(client, stack, worker_env, len(week.tickets),
+        bare_env = {**worker_env, "PAYLOAD_ENCRYPTION_KEY": ""}
+        bare_seconds = None if args.no_bare else await bare_week(bare_starter, stack, bare_env, len(week.tickets),
                                                          args.deadline)
-        if bare is not None:
+        if bare_seconds is not None:
             stolen["bare"] = stolen_share(host, host_ticks())
+            stored["bare task's first step"] = await stored_encoding(bare_starter, "week-bare-00000",
+                                                                     "activity_task_scheduled")
         by_kind = {kind: await attempts.read(client, [t.task.task_id for t in week.tickets if t.kind == kind])
                    for kind in dict.fromkeys(t.kind for t in week.tickets)}
         honesty = {"harness": sum(by_kind.values(), attempts.Attempts()),
                    **({} if args.no_bare else {"bare": await attempts.read(
-                       client, [f"week-bare-{n:05d}" for n in range(len(week.tickets))])})}
+                       bare_starter, [f"week-bare-{n:05d}" for n in range(len(week.tickets))])})}
         logs = {"harness": stack.log_file("worker"), "bare": stack.log_file("bare-worker")}
         seen = {side: attempts.seen_in_log(logs[side]) for side in honesty}
         if args.logs:
@@ -241,13 +255,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "states_by_kind": {k: dict(Counter(results.get(t.task.task_id, "lost")
                                                for t in week.tickets if t.kind == k))
                                for k in kinds},
-            "world": world, "bare_seconds": bare, "server_config": stack.server_config,
+            "world": world, "bare_seconds": bare_seconds, "server_config": stack.server_config,
+            "encrypted": args.encrypted, "compressed": args.encrypted and settings.payload_compression,
+            "stored_encodings": stored,
             "stolen": stolen,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "escalations_by_kind": {kind: dict(tally.escalations) for kind, tally in by_kind.items()
                                     if tally.escalations},
             "notices": [line for side in seen.values() for line in side.lines],
             "gc_pauses": {side: notices.gc_pauses for side, notices in seen.items()}}
+
+
+async def stored_encoding(client: Client, workflow_id: str, event: str) -> str:
+    """The encoding of the payload the server holds for a run's first `event` (workflow_execution_started,
+    activity_task_scheduled): what the client or the worker that wrote it encoded ("binary/encrypted" under
+    a key)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    attributes = next(getattr(e, f"{event}_event_attributes") for e in history.events
+                      if e.HasField(f"{event}_event_attributes"))
+    return attributes.input.payloads[0].metadata["encoding"].decode()
 
 
 async def bare_week(client: Client, stack: Stack, worker_env: dict[str, str], count: int, deadline: float) -> float:
@@ -304,7 +330,8 @@ async def settle(client: Client, total: int, started: float, deadline: float) ->
 
 def report(r: dict[str, Any]) -> str:
     lines = [f"A Sundry week: {r['tickets']:,} tickets over {r['orders']:,} orders, one worker, "
-             f"refund POST faults {r['faults']}; server config over the stack's: {r.get('server_config') or 'none'}",
+             f"refund POST faults {r['faults']}; the tickets' payloads {payloads_described(r)}; "
+             f"server config over the stack's: {r.get('server_config') or 'none'}",
              "",
              "| | |", "|---|---|",
              f"| wall time, first start to last settled | {r['seconds']:.0f} s ({r['seconds'] / 60:.1f} min) |",
@@ -374,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=1800,
                         help="seconds after the first start at which a task not yet settled counts as lost")
     parser.add_argument("--no-bare", action="store_true", help="skip bare Temporal's week beside it")
+    parser.add_argument("--encrypted", action="store_true", help=ENCRYPTED_HELP.replace("harness's", "tickets'"))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--logs", type=Path, help="keep both workers' log files in this folder")
     add_server_config_option(parser)

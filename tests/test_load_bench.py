@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devstack.load import THREAD_GROUPS, cpu_by_thread_group, host_ticks, split, stolen_share, thread_ticks
+from devstack.load import (
+    ENDED,
+    NATIVE,
+    THREAD_GROUPS,
+    cpu_by_thread_group,
+    host_ticks,
+    payloads_described,
+    report,
+    split,
+    stolen_share,
+    thread_ticks,
+)
 from devstack.processes import PROJECT_ROOT, SERVER_PRAGMAS
 from devstack.stack import Stack
 
@@ -33,19 +44,27 @@ def test_the_stolen_share_is_of_the_whole_machine_between_two_readings():
     assert 0 <= stolen <= total and total > 0
 
 
-def test_cpu_is_told_apart_by_the_thread_it_ran_on():
-    """A thread of the tools' pool (asyncio's default executor) that burns CPU shows in the tools' row only."""
+async def test_cpu_is_told_apart_by_the_thread_it_ran_on():
+    """CPU burnt in a call handed to asyncio's default executor (as the tools' blocking calls are) shows in
+    the tools' row, not in the workflow activations' or the event loop's."""
     before = thread_ticks()
 
     def burn() -> None:
         while time.thread_time() < 0.2:
             pass
-    with ThreadPoolExecutor(thread_name_prefix="asyncio") as pool:
-        pool.submit(burn).result()
-        spent = cpu_by_thread_group(before, thread_ticks())
-    tools = THREAD_GROUPS["asyncio_"]
-    assert spent[tools] >= 0.1, spent
+    await asyncio.to_thread(burn)
+    spent = cpu_by_thread_group(before, thread_ticks(), total=0.0)
+    assert spent[THREAD_GROUPS["asyncio_"]] >= 0.1, spent
     assert spent[THREAD_GROUPS["temporal_workflow_"]] == 0, spent
+    assert spent[THREAD_GROUPS["MainThread"]] < spent[THREAD_GROUPS["asyncio_"]], spent
+
+
+def test_a_thread_id_used_again_starts_from_nothing():
+    tick = os.sysconf("SC_CLK_TCK")
+    before = {7: (THREAD_GROUPS["asyncio_"], 500)}
+    spent = cpu_by_thread_group(before, {7: (NATIVE, 2 * tick)}, total=5.0)
+    assert spent[NATIVE] == 2 and spent[THREAD_GROUPS["asyncio_"]] == 0
+    assert spent[ENDED] == 3  # the process's total less what the living threads account for
 
 
 def test_the_dev_server_runs_with_a_server_config_in_place_of_the_stacks(tmp_path: Path):
@@ -60,35 +79,44 @@ def test_the_dev_server_runs_with_a_server_config_in_place_of_the_stacks(tmp_pat
 
 
 @cache
-def small_run(encrypted: bool, compressed: bool) -> dict[str, Any]:
+def small_run(encrypted: bool, compression: bool) -> subprocess.CompletedProcess[str]:
+    """Run once for each test that reads it (a failed run too: it is not run again)."""
     command = [sys.executable, "-m", "devstack.load", "--tickets", "8", "--latency", "4", "--rounds", "2", "--json",
                "--server-config", "history.timerProcessorMaxPollRPS=20", *(["--encrypted"] if encrypted else [])]
-    env = {**os.environ, "PAYLOAD_COMPRESSION": str(compressed).lower()}
-    run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+    env = {**os.environ, "PAYLOAD_COMPRESSION": str(compression).lower()}
+    return subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+
+def small_result(encrypted: bool, compression: bool) -> dict[str, Any]:
+    run = small_run(encrypted, compression)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return json.loads(run.stdout[run.stdout.index("\n{") + 1:])
 
 
-@pytest.mark.parametrize(("encrypted", "compressed"), [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize(("encrypted", "compression"), [(False, True), (True, True), (True, False)])
 def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_escalated(encrypted: bool,
-                                                                                       compressed: bool):
-    result = small_run(encrypted, compressed)
+                                                                                       compression: bool):
+    result = small_result(encrypted, compression)
     assert {side: len(seconds) for side, seconds in result["latency"].items()} == {"harness": 4, "bare": 4}
     assert result["activities_per_task"] >= 5  # model turns and tool calls of a refund ticket
     assert [len(result["rounds"][side]) for side in ("harness", "bare")] == [2, 2]
     assert all(0 <= r["stolen"] < 1 for side in ("harness", "bare") for r in result["rounds"][side])
     assert result["server_config"] == {"history.timerProcessorMaxPollRPS": "20"}
-    assert (result["encrypted"], result["compressed"]) == (encrypted, compressed)
+    # nothing is compressed without a key: compression is the encryption codec's
+    assert (result["encrypted"], result["compressed"]) == (encrypted, encrypted and compression)
     # every task of each side read back: 3 blocks of latency (3 unmeasured each, then 2, 1, 1), 2 rounds of 8
     for side, tally in result["honesty"].items():
         assert tally["tasks"] == 3 * 3 + 4 + 2 * 8, (side, tally)
         assert tally["live_timed_out"] == 0 and not tally["escalations"] and not tally["retries"], (side, tally)
     # the refunds' ledger and provider calls ran on the tools' threads
     assert all(r[f"cpu:load, of it on {THREAD_GROUPS['asyncio_']}"] > 0 for r in result["rounds"]["harness"])
+    text = report(result)
+    assert f"harness payloads {payloads_described(result)};" in text
+    assert f"| CPU s per task: load, of it on {THREAD_GROUPS['asyncio_']} |" in text
 
 
 def test_the_harness_payloads_are_compressed_as_the_settings_say():
     """The same tickets' histories, encrypted with PAYLOAD_COMPRESSION on and off: the harness's converter is the
     deployment's (a converter of its own would compress either way, or never)."""
-    (_, compressed), (_, plain) = (small_run(True, c)["history"]["harness"] for c in (True, False))
+    (_, compressed), (_, plain) = (small_result(True, c)["history"]["harness"] for c in (True, False))
     assert compressed < plain * 0.95, (compressed, plain)
