@@ -13,11 +13,12 @@ From a history:
 - an activity whose last attempt timed out closes with `ActivityTaskTimedOut`;
 - a workflow task timed out (`WorkflowTaskTimedOut`) is counted beside them, by timeout:
   start-to-close (a worker took it and did not answer in time) or schedule-to-start (nobody took
-  it from a worker's sticky queue within 2 s, so it went to the shared queue);
-- a workflow task failed (`WorkflowTaskFailed`) is counted by its failure's first words: with no bug in
-  the workflow, what fails one is the SDK's deadlock timer (`[TMPRL1101] Potential deadlock`), which runs
-  from the moment an activation is handed to the worker's workflow threads, so also while it waits for
-  one of them;
+  it from a worker's sticky queue within `WORKER_STICKY_TIMEOUT_SECONDS`, so it went to the shared
+  queue);
+- a workflow task failed (`WorkflowTaskFailed`) is counted by its failure's first words, decoded
+  first where the payload codec encoded them: with no bug in the workflow, what fails one is the
+  SDK's deadlock timer (`[TMPRL1101] Potential deadlock`), which runs from the moment an activation
+  is handed to the worker's workflow threads, so also while it waits for one of them;
 - an escalation is an upsert that sets `AgentEscalation` (workflows/agent_task.py `_set_state`), by
   its value: `unknown_outcome`, `approval_required`, `attempts_exhausted`, `dead_letter`...
 
@@ -44,6 +45,7 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 
 from core.names import ESCALATION_ATTR
 
@@ -181,6 +183,7 @@ async def read(client: Client, workflow_ids: Iterable[str], concurrency: int = 1
             run_id: str | None = None
             while True:  # the latest run first, then the runs it continued from
                 events = (await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()).events
+                await readable(client.data_converter, events)
                 tally.add(events)
                 first = events[0].workflow_execution_started_event_attributes
                 run_id = first.continued_execution_run_id or None
@@ -188,6 +191,17 @@ async def read(client: Client, workflow_ids: Iterable[str], concurrency: int = 1
                     return
     await asyncio.gather(*(one(w) for w in workflow_ids))
     return tally
+
+
+async def readable(converter: DataConverter, events: Sequence[HistoryEvent]) -> None:
+    """Workflow task failures' messages as written, in place: under the payload codec a failure's message
+    travels encoded and the server stores "Encoded failure" (infra/codec.py `data_converter`)."""
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            failure = event.workflow_task_failed_event_attributes.failure
+            if failure.HasField("encoded_attributes"):
+                error = await converter.decode_failure(failure)
+                failure.message = getattr(error, "message", str(error))
 
 
 async def on_queue(client: Client, task_queue: str, concurrency: int = 16) -> Attempts:
