@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
@@ -259,26 +260,26 @@ async def main() -> None:
     except ModelConfigError as err:
         fail(str(err))
         raise
-    keeper = start_keeper(settings)  # once the settings hold: a worker refused for them starts none
-    check_provider(settings)
-    client = await connect(settings)
-    await check_search_attributes(client, client.namespace)
-    if settings.reconcile_every_minutes:
-        every = timedelta(minutes=settings.reconcile_every_minutes)
-        await ensure_reconcile_schedule(client, settings.task_queue, every)
-    worker = build_worker(client, settings, backend=model)
-    freeze_startup_objects()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with worker:
-        log.info(f"worker ready: task queue {settings.task_queue} on {client.service_client.config.target_host}, "
-                 f"model {model.describe()}")
-        if keeper is not None:  # a daemon thread: a keeper that never connects does not hold the exit up
-            threading.Thread(target=say_keeper_ready, args=(keeper,), name="keeper-ready", daemon=True).start()
-        await stop.wait()
-    await model.aclose()
+    async with contextlib.aclosing(model):  # closed however the start-up checks end
+        keeper = start_keeper(settings)  # once the settings hold: a worker refused for them starts none
+        check_provider(settings)
+        client = await connect(settings)
+        await check_search_attributes(client, client.namespace)
+        if settings.reconcile_every_minutes:
+            every = timedelta(minutes=settings.reconcile_every_minutes)
+            await ensure_reconcile_schedule(client, settings.task_queue, every)
+        worker = build_worker(client, settings, backend=model)
+        freeze_startup_objects()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with worker:
+            log.info(f"worker ready: task queue {settings.task_queue} on {client.service_client.config.target_host}, "
+                     f"model {model.describe()}")
+            if keeper is not None:  # a daemon thread: a keeper that never connects does not hold the exit up
+                threading.Thread(target=say_keeper_ready, args=(keeper,), name="keeper-ready", daemon=True).start()
+            await stop.wait()
     log.info("worker stopped")
 
 

@@ -8,19 +8,21 @@ import dataclasses
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from activities.model import ModelBackend
 from devstack.eval.__main__ import exit_code
-from devstack.eval.columns import LIES, parse_column, parse_columns
+from devstack.eval.columns import LIES, Column, parse_column, parse_columns
 from devstack.eval.conditions import CONDITIONS, by_names
 from devstack.eval.grade import Observed, claims_problems, grade
 from devstack.eval.report import html_report, json_report, markdown, verdict
 from devstack.eval.runner import Runner
 from devstack.eval.tickets import BUILT_IN, TicketFileError, load_tickets
 from devstack.stack import Stack
-from infra.settings import PROJECT_ROOT
+from infra.settings import PROJECT_ROOT, Settings
 from tests.stubs.playing import PlayingAnthropicStub, PlayingOpenAIStub
 
 SU = next(t for t in BUILT_IN if t.id == "SU-88421")
@@ -279,7 +281,21 @@ async def test_a_teams_ticket_file_is_graded_on_its_expected_effects(stack: Stac
 async def test_real_backends_are_columns_through_their_sdks(stack: Stack, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch):
     """The OpenAI and Anthropic backends, through their SDKs, against stubs that play the agent.
-    The killed run's worker process reads the same environment."""
+    The killed run's worker process reads the same environment. Every backend the runner builds is closed."""
+    built, closed = Counter[str](), Counter[str]()
+    backend_of = Column.backend
+
+    def tracked(column: Column, settings: Settings) -> ModelBackend:
+        backend = backend_of(column, settings)
+        close = backend.aclose
+
+        async def aclose() -> None:
+            closed[column.name] += 1
+            await close()
+        backend.aclose = aclose  # type: ignore[method-assign]
+        built[column.name] += 1
+        return backend
+    monkeypatch.setattr(Column, "backend", tracked)
     async with PlayingOpenAIStub("sk-openai-eval") as openai, PlayingAnthropicStub("sk-ant-eval") as anthropic:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-eval")
         monkeypatch.setenv("OPENAI_BASE_URL", openai.base_url)
@@ -294,6 +310,7 @@ async def test_real_backends_are_columns_through_their_sdks(stack: Stack, tmp_pa
     assert all(r.observed.turns == 7 for r in runs if r.condition == "none")
     assert len(openai.requests) >= 3 * 7 and len(anthropic.requests) >= 3 * 7
     assert all(req.status == 200 for req in [*openai.requests, *anthropic.requests])
+    assert closed == built and sum(built.values()) >= 4, (built, closed)  # a worker per column, one more per kill
 
 
 def test_a_provider_that_cannot_be_read_passes_nothing_that_depends_on_it():

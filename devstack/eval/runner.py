@@ -122,9 +122,10 @@ class Runner:
         async with contextlib.AsyncExitStack() as workers:
             for column in columns:
                 settings = self.settings(f"eval-{column.name}-{self._token}")
-                await workers.enter_async_context(
-                    build_worker(client, settings, backend=column.backend(settings),
-                                 extensions=Extensions(replace=column.replace(settings))))
+                backend = await workers.enter_async_context(contextlib.aclosing(column.backend(settings)))
+                extensions = Extensions(replace=column.replace(settings))
+                await workers.enter_async_context(build_worker(client, settings, backend=backend,
+                                                               extensions=extensions))
             for ticket in tickets:
                 for condition in conditions:
                     for column in columns:
@@ -213,8 +214,9 @@ class Runner:
             with contextlib.suppress(TimeoutError):
                 await poll_until(struck_or_settled, f"the fault in {task.task_id}'s worker", self.settle_timeout, 0.1)
             struck = marker.exists()
-            async with build_worker(client, settings, backend=column.backend(settings),
-                                    extensions=Extensions(replace=column.replace(settings))):
+            extensions = Extensions(replace=column.replace(settings))
+            async with contextlib.aclosing(column.backend(settings)) as backend, \
+                    build_worker(client, settings, backend=backend, extensions=extensions):
                 state, cp = await self._settle(handle)
         finally:
             if first.pid is not None and first.returncode is None:
