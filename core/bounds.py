@@ -17,15 +17,14 @@ from core.models import ModelReply, ToolCall
 
 MAX_TEXT_CHARS = 8_000
 MAX_TOOL_CALLS = 8
-MAX_ARGUMENTS_CHARS = 24_000  # all calls of one reply together; one call may use at most core/gate's 20,000
+MAX_ARGUMENT_CHARS = 20_000  # one call's arguments (the gate rejects a call over it with its size)
+MAX_ARGUMENTS_CHARS = 24_000  # all calls of one reply together
 MAX_NAME_CHARS = 64
 TRUNCATED = "__truncated_characters__"  # the arguments that replace a call's cut ones: {TRUNCATED: size}
 
 
 def bounded_reply(reply: ModelReply) -> ModelReply:
     """The reply within the bounds above; the same reply when it already is."""
-    from core.gate import MAX_ARGUMENT_CHARS
-
     notes: list[str] = []
     calls: list[ToolCall] = []
     budget = MAX_ARGUMENTS_CHARS

@@ -9,12 +9,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.bounds import TRUNCATED
+from core.bounds import MAX_ARGUMENT_CHARS, TRUNCATED
 from core.failures import Unusable
 from core.models import Approval, Step
 from core.tools import REGISTRY, ToolSpec
-
-MAX_ARGUMENT_CHARS = 20_000
 
 
 @dataclass(frozen=True)

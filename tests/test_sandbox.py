@@ -5,17 +5,21 @@ clock is still refused."""
 from __future__ import annotations
 
 import uuid
+from importlib._bootstrap_external import _LoaderBasics  # type: ignore[import-not-found]
+from types import ModuleType
 
 import pytest
-from temporalio import activity
+from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox._importer import Importer
 
 from devstack.polling import poll_until
 from infra import sandbox
 from infra.sandbox import CompiledSandboxRunner
 from tests.sandbox_workflows import EchoWorkflow, ReadsTheClockWorkflow
+from workflows.agent_task import AgentTaskWorkflow
 
 
 @activity.defn(name="sandbox_echo")
@@ -80,3 +84,34 @@ async def test_the_sandbox_still_refuses_the_wall_clock(client: Client) -> None:
         message = await poll_until(failed_task, timeout=30, what="the workflow task to fail")
         await handle.terminate("test over")
     assert message.startswith("Cannot access datetime.datetime.now")
+
+
+async def test_an_agent_run_imports_its_own_module_afresh_and_one_module_of_ours_from_outside(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's import costs per module: the workflow takes what it needs from outside the sandbox
+    through workflows/_outside.py alone, and nothing of ours but the workflow package is executed
+    again inside the sandbox (a fresh copy of core/ there would also hold classes of its own)."""
+    passed: list[str] = []
+    executed: list[str] = []
+    pass_through = Importer._maybe_passthrough_module
+    execute = _LoaderBasics.exec_module
+
+    def recorded_pass(self: Importer, name: str) -> ModuleType | None:
+        module = pass_through(self, name)
+        if module is not None:
+            passed.append(name)
+        return module
+
+    def recorded_exec(self: _LoaderBasics, module: ModuleType) -> None:
+        executed.append(module.__name__)
+        execute(self, module)
+
+    runner = CompiledSandboxRunner()
+    defn = workflow._Definition.must_from_class(AgentTaskWorkflow)
+    runner.prepare_workflow(defn)  # the first import also loads what the worker had not imported yet
+    monkeypatch.setattr(Importer, "_maybe_passthrough_module", recorded_pass)
+    monkeypatch.setattr(_LoaderBasics, "exec_module", recorded_exec)
+    runner.prepare_workflow(defn)  # one run's instance, as the worker creates it
+    ours = {"activities", "cli", "client", "core", "infra", "workflows"}
+    assert [name for name in passed if name.split(".")[0] in ours] == ["workflows._outside"]
+    assert sorted(executed) == ["workflows", "workflows.agent_task"]
