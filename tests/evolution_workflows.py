@@ -4,8 +4,7 @@ Kept apart from the tests because the workflow sandbox re-imports a workflow's m
 this one must import workflow code only.
 """
 
-from __future__ import annotations
-
+# Annotations evaluated, as in workflows/agent_task.py: the SDK compares the run method's with __init__'s.
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():

@@ -8,8 +8,8 @@ human decision (signal `resolve` or Update `decide`); a wait nobody answers ends
 alerted dead letter. Whatever a sender sends is answered or recorded, never raised.
 """
 
-from __future__ import annotations
-
+# Annotations here are evaluated, not postponed (no `from __future__ import annotations`): the SDK reads
+# the handlers' type hints on every run's import, and a postponed one is compiled and evaluated there.
 import asyncio
 import inspect
 import math
