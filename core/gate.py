@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.bounds import MAX_ARGUMENT_CHARS, TRUNCATED
+from core.bounds import MAX_ARGUMENT_CHARS, MAX_ARGUMENTS_CHARS, TRUNCATED
 from core.failures import Unusable
 from core.models import Approval, Step
 from core.tools import REGISTRY, ToolSpec
@@ -63,8 +63,9 @@ def validate_call(name: str, arguments: str | None,
     if not isinstance(raw, dict):
         return Rejection(Unusable.MALFORMED_ARGUMENTS, "arguments must be a JSON object")
     if TRUNCATED in raw:  # cut where the reply entered (core/bounds.py)
-        return Rejection(Unusable.MALFORMED_ARGUMENTS, f"arguments were {raw[TRUNCATED]} characters; at most "
-                                                       f"{MAX_ARGUMENT_CHARS} per call and 24,000 per reply")
+        return Rejection(Unusable.MALFORMED_ARGUMENTS,
+                         f"arguments were {raw[TRUNCATED]} characters; at most {MAX_ARGUMENT_CHARS} per call and "
+                         f"{MAX_ARGUMENTS_CHARS:,} per reply")
     try:
         return spec, spec.args.model_validate(raw).model_dump(mode="json")
     except ValidationError as err:

@@ -12,6 +12,12 @@ the SDK asks the run for them once per payload sequence it encodes or decodes, a
 run's own bookkeeping (its pending activities, children and signals, its info) with SDK code alone,
 no workflow code. Each entry swaps the sandbox's builtins and import machinery in and out, and on a
 busy worker those entries for contexts were 5.7% of its Python CPU, more than the contexts themselves.
+
+Our modules outside the workflow package (`core`, `activities`) are passed through by the runner's
+restrictions, not only where the workflow imports them (workflows/_outside.py): an import of one the
+workflow makes later, in a helper, at run time, gets the worker's module instead of a second copy
+executed inside the sandbox, whose classes would not be the worker's (a pydantic model built by the
+payload converter would fail `isinstance` against the copy's).
 """
 
 from __future__ import annotations
@@ -25,13 +31,17 @@ from temporalio.converter import SerializationContext
 from temporalio.converter._extstore import StorageDriverStoreContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker._command_aware_visitor import CommandInfo
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
 # The SDK's snippets are a few fixed strings; the bound only guards against a future SDK that
 # formats values into them.
 _SNIPPETS_KEPT = 64
+
+# The SDK's restrictions, with the deterministic, state-free code the workflow calls (core) and the
+# activities it names (activities) passed through.
+RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules("core", "activities")
 
 
 @lru_cache(maxsize=_SNIPPETS_KEPT)
@@ -56,7 +66,10 @@ class _CompiledOnce(_Instance):
 
 @dataclass(frozen=True)
 class CompiledSandboxRunner(SandboxedWorkflowRunner):
-    """SandboxedWorkflowRunner (same restrictions, same per-run re-import) with its snippets compiled once."""
+    """SandboxedWorkflowRunner (the SDK's restrictions with our modules outside the workflow package passed
+    through, the same per-run re-import of the workflow's module) with its snippets compiled once."""
+
+    restrictions: SandboxRestrictions = RESTRICTIONS
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
         return _CompiledOnce(det, self.runner_class, self.restrictions)

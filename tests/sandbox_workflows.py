@@ -23,3 +23,11 @@ class ReadsTheClockWorkflow:
     @workflow.run
     async def run(self) -> str:
         return datetime.datetime.now().isoformat()  # not deterministic: the sandbox must refuse it
+
+
+@workflow.defn(name="SandboxImportsLater")
+class ImportsLaterWorkflow:
+    @workflow.run
+    async def run(self) -> str:
+        from core import kinds  # the import at run time under test
+        return str(getattr(kinds, "PROBE", "a copy executed inside the sandbox"))

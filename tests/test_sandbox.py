@@ -5,6 +5,7 @@ clock is still refused."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from importlib._bootstrap_external import _LoaderBasics  # type: ignore[import-not-found]
 from types import ModuleType
 
@@ -15,10 +16,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox._importer import Importer
 
+import core.kinds
 from devstack.polling import poll_until
 from infra import sandbox
 from infra.sandbox import CompiledSandboxRunner
-from tests.sandbox_workflows import EchoWorkflow, ReadsTheClockWorkflow
+from tests.sandbox_workflows import EchoWorkflow, ImportsLaterWorkflow, ReadsTheClockWorkflow
 from workflows.agent_task import AgentTaskWorkflow
 
 
@@ -28,7 +30,7 @@ async def sandbox_echo(text: str) -> str:
 
 
 def _worker(client: Client, queue: str) -> Worker:
-    return Worker(client, task_queue=queue, workflows=[EchoWorkflow, ReadsTheClockWorkflow],
+    return Worker(client, task_queue=queue, workflows=[EchoWorkflow, ReadsTheClockWorkflow, ImportsLaterWorkflow],
                   activities=[sandbox_echo], workflow_runner=CompiledSandboxRunner(), max_cached_workflows=0)
 
 
@@ -115,3 +117,15 @@ async def test_an_agent_run_imports_its_own_module_afresh_and_one_module_of_ours
     ours = {"activities", "cli", "client", "core", "infra", "workflows"}
     assert [name for name in passed if name.split(".")[0] in ours] == ["workflows._outside"]
     assert sorted(executed) == ["workflows", "workflows.agent_task"]
+
+
+async def test_a_module_of_ours_imported_at_run_time_is_the_workers_own(client: Client,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workflow that imports one of our modules in a helper, after its own module was loaded, gets the
+    module the worker holds, not a copy executed again inside the sandbox with classes of its own."""
+    monkeypatch.setattr(core.kinds, "PROBE", "the worker's module", raising=False)
+    queue = f"sandbox-{uuid.uuid4().hex[:8]}"
+    async with _worker(client, queue):
+        seen = await client.execute_workflow(ImportsLaterWorkflow.run, id=f"{queue}-late", task_queue=queue,
+                                             execution_timeout=timedelta(seconds=30))
+    assert seen == "the worker's module"
