@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import functools
 import json
 import os
 import secrets
@@ -45,6 +46,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.common.v1 import Payloads as _Payloads
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
+    CompositePayloadConverter,
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
     EncodingPayloadConverter,
@@ -107,11 +109,20 @@ class _UndecodablePayloadConverter(EncodingPayloadConverter):
 
 
 class _PayloadConverter(PydanticPayloadConverter):
-    """Pydantic's, plus the marker's reader."""
+    """Pydantic's, plus the marker's reader.
+
+    The SDK builds a payload converter for every workflow run and two for every activation (one to decode
+    its jobs, one to encode its commands). Ours all hold the same converters, built once: pydantic's
+    serializer, and with it its cache of type adapters, which each run's own copy built again for every
+    type it decoded."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self._set_converters(*self.converters.values(), _UndecodablePayloadConverter())
+        CompositePayloadConverter.__init__(self, *_converters())
+
+
+@functools.cache
+def _converters() -> tuple[EncodingPayloadConverter, ...]:
+    return (*PydanticPayloadConverter().converters.values(), _UndecodablePayloadConverter())
 
 
 class EncryptionCodec(PayloadCodec):

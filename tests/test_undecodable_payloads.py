@@ -44,6 +44,7 @@ from infra.codec import (
     data_converter,
     new_key,
 )
+from infra.codec import refused as marker
 from infra.settings import Settings
 from tests.approvers import signed
 from tests.helpers import checkpoint, finished, scenario_task, start, wait_for, waiting
@@ -185,6 +186,16 @@ async def test_a_refused_payload_is_a_raw_value_to_handlers_and_a_key_error_to_t
     assert isinstance(raw, RawValue) and _reason(raw.payload) in ("key not set", "wrong key")
     with pytest.raises(PayloadKeyError, match="PAYLOAD_ENCRYPTION_KEY"):
         await reader.decode([sealed], [_Typed])
+
+
+def test_each_payload_converter_the_sdk_builds_reads_the_marker_with_one_shared_set_of_converters():
+    """The SDK builds a payload converter for every workflow run and two for every activation: each reads
+    the marker, and all share pydantic's converter, whose cache of type adapters is then built once."""
+    first, second = (data_converter(key).payload_converter_class() for key in (None, new_key()))
+    assert first.converters.keys() == second.converters.keys() and UNDECODABLE in first.converters
+    assert all(first.converters[encoding] is second.converters[encoding] for encoding in first.converters)
+    with pytest.raises(PayloadKeyError, match="PAYLOAD_ENCRYPTION_KEY"):
+        second.from_payloads([marker("key not set")], [_Typed])
 
 
 async def test_the_codec_server_answers_a_bad_payload_with_its_marker():
