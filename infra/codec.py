@@ -108,8 +108,8 @@ class _UndecodablePayloadConverter(EncodingPayloadConverter):
         raise PayloadKeyError(_REASONS.get(str(reason), "a payload could not be decoded"))
 
 
-class _PayloadConverter(PydanticPayloadConverter):
-    """Pydantic's, plus the marker's reader.
+class _PayloadConverter(CompositePayloadConverter):
+    """Pydantic's converters, plus the marker's reader.
 
     The SDK builds a payload converter for every workflow run and two for every activation (one to decode
     its jobs, one to encode its commands). Ours all hold the same converters, built once: pydantic's
@@ -117,7 +117,7 @@ class _PayloadConverter(PydanticPayloadConverter):
     type it decoded."""
 
     def __init__(self) -> None:
-        CompositePayloadConverter.__init__(self, *_converters())
+        super().__init__(*_converters())
 
 
 @functools.cache
