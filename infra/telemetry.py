@@ -62,6 +62,11 @@ def setup_logging(level: str = "INFO") -> None:
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.captureWarnings(True)
+    # The stripe SDK logs two or three lines at INFO for every request it makes ("Request to Stripe api",
+    # "Stripe API response", its errors): in `make week` three quarters of the worker's lines, each about
+    # 50 us of the worker's CPU to format. The tools log what each call did, the provider's answer
+    # included; STRIPE_LOG=info makes the SDK print its own lines to stderr again.
+    logging.getLogger("stripe").setLevel(logging.WARNING)
 
 
 # A collection that holds the GIL this long stops every thread of the worker, the heartbeat pump's too.

@@ -3,9 +3,11 @@ intent key; tracing produces spans for workflows and activities when switched on
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import urllib.request
+from pathlib import Path
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -19,7 +21,7 @@ from devstack.processes import free_port
 from devstack.stack import Stack
 from infra.settings import Settings
 from infra.telemetry import JsonFormatter, runtime, tracing_interceptors
-from tests.helpers import finished, run, scenario_task
+from tests.helpers import finished, run, scenario_task, start
 from worker import build_worker
 
 
@@ -77,3 +79,21 @@ async def test_tracing_is_off_by_default_and_spans_activities_when_on(stack: Sta
         await run(client, settings, scenario_task("refund-8841"))
     names = {span.name for span in exporter.get_finished_spans()}
     assert "RunActivity:issue_refund" in names and any(n.startswith("RunWorkflow:AgentTask") for n in names)
+
+
+async def test_the_worker_logs_what_its_tools_did_and_not_each_provider_request(
+        stack: Stack, client: Client, settings: Settings, world: World, worker_env: dict[str, str], tmp_path: Path):
+    log_file = tmp_path / "worker.log"
+    worker = stack.start_worker(log_file, worker_env)
+    try:
+        task = scenario_task("refund-8841")
+        result = await asyncio.wait_for((await start(client, settings, task)).result(), 90)
+    finally:
+        worker.stop()
+    assert result.state == "completed"
+    assert [r["amount_cents"] for r in world.refunds("ORD-8841")] == [4500]  # the provider was asked
+    lines = [json.loads(line) for line in log_file.read_text().splitlines() if line.startswith("{")]
+    ours = [line["message"] for line in lines if line["logger"] == "agent.tools"]
+    assert any(m.startswith("tool issue_refund performed") for m in ours), ours
+    assert any(m.startswith("tool notify_customer performed") for m in ours), ours
+    assert [line for line in lines if line["logger"] == "stripe"] == []
