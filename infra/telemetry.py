@@ -64,8 +64,8 @@ def setup_logging(level: str = "INFO") -> None:
     logging.captureWarnings(True)
     # The stripe SDK logs two or three lines at INFO for every request it makes ("Request to Stripe api",
     # "Stripe API response", its errors): in `make week` three quarters of the worker's lines, each about
-    # 50 us of the worker's CPU to format. The tools log what each call did, the provider's answer
-    # included; STRIPE_LOG=info makes the SDK print its own lines to stderr again.
+    # 50 us of the worker's CPU to format. Each tool call logs its outcome and reason, and a failed attempt
+    # its error (activities/interceptors.py, the SDK); STRIPE_LOG=info has the SDK print its lines to stderr.
     logging.getLogger("stripe").setLevel(logging.WARNING)
 
 
