@@ -26,6 +26,7 @@ from devstack.processes import (
     tcp_accepts,
 )
 from devstack.stack import DEFAULT_DATA_DIR, Stack
+from infra.exit import run_main
 from infra.settings import load_settings
 
 
@@ -267,4 +268,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

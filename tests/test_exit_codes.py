@@ -93,3 +93,23 @@ def test_sigterm_unwinds_a_command_so_what_it_started_is_stopped():
     except ProcessLookupError:
         alive = False
     assert not alive, f"the command's child {child} outlived it"
+
+
+# Entry points that never open a Temporal client: no Tokio thread can call into their interpreter as it ends.
+WITHOUT_TEMPORAL = {"migrations/__main__.py", "devstack/localstripe_server.py", "devstack/sim/__main__.py",
+                    "devstack/send_by_window.py", "infra/codec.py"}
+
+
+def test_every_entry_point_that_can_reach_temporal_ends_without_finalizing_the_interpreter():
+    """`sys.exit(main())` after a Temporal client finalizes the interpreter while the SDK's Tokio threads may
+    still complete a call into it; `devstack scenario` stopped with Ctrl-C once hung there for good (the
+    runtime's drop waiting on a thread pyo3 parks for ever). Every such entry point ends through
+    infra/exit.py (`run_main`, or `os._exit` after its own shutdown)."""
+    sources = [p for p in ROOT.rglob("*.py") if ".venv" not in p.parts and "tests" not in p.parts]
+    entry_points = {p.relative_to(ROOT).as_posix(): p.read_text() for p in sources
+                    if 'if __name__ == "__main__":' in p.read_text()}
+    assert set(WITHOUT_TEMPORAL) <= set(entry_points), "an entry point listed here is gone: update the list"
+    unsafe = sorted(path for path, text in entry_points.items() if path not in WITHOUT_TEMPORAL
+                    and "run_main(" not in text.split('if __name__ == "__main__":', 1)[1]  # infra/exit.py's
+                    and "os._exit(" not in text)  # a process that ends itself (infra/liveness.py)
+    assert unsafe == [], f"entry points that end by finalizing the interpreter: {unsafe}"

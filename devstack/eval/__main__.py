@@ -36,6 +36,7 @@ from devstack.eval.runner import Run, Runner
 from devstack.eval.tickets import BUILT_IN, TicketFileError, load_tickets
 from devstack.processes import StackError
 from devstack.stack import Stack
+from infra.exit import run_main
 from infra.settings import PROJECT_ROOT
 
 DEFAULT_OUT = PROJECT_ROOT / ".local" / "eval"
@@ -167,4 +168,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

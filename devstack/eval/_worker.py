@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 
 from devstack.eval.columns import parse_column
 from infra import connection, telemetry
+from infra.exit import run_main
 from infra.settings import load_settings
 from worker import Extensions, build_worker
 
@@ -32,6 +34,4 @@ async def main(spec: str) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
-    asyncio.run(main(sys.argv[1]))
+    run_main(lambda: asyncio.run(main(sys.argv[1])))
