@@ -250,8 +250,8 @@ async def test_an_interrupted_scenario_still_restores_the_edge(client: Client, s
                 return any(hint in line for line in lines)
             await poll_until(hinted, "the starter's Ctrl-C hint", 30.0)
             proc.send_signal(signal.SIGINT)
+            await asyncio.to_thread(proc.wait, 60)  # a process that hangs as it ends fails here, not in a read
             err = await asyncio.to_thread(proc.stderr.read)
-            await asyncio.to_thread(proc.wait, 30)
         finally:
             if proc.poll() is None:
                 proc.kill()
