@@ -65,7 +65,7 @@ class Progress:
                       f"(attempt {wait.attempt}): {why}", flush=True)
 
 
-# The workflow's trail line while it waits out a request's settle horizon (workflows/agent_task.py _read_world).
+# The workflow's trail line while it waits out a request's settle horizon (workflows/_agent.py _read_world).
 _IN_FLIGHT = re.compile(r"world: in flight until (\d+(?:\.\d+)?)")
 # activities/effects.py `_wait` ends its message with the delay; the time shown replaces it.
 _ASKING_AGAIN = re.compile(r"; asking the provider again in [\d.]+ s$")

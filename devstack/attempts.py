@@ -19,7 +19,7 @@ From a history:
   first where the payload codec encoded them: with no bug in the workflow, what fails one is the
   SDK's deadlock timer (`[TMPRL1101] Potential deadlock`), which runs from the moment an activation
   is handed to the worker's workflow threads, so also while it waits for one of them;
-- an escalation is an upsert that sets `AgentEscalation` (workflows/agent_task.py `_set_state`), by
+- an escalation is an upsert that sets `AgentEscalation` (workflows/_agent.py `_set_state`), by
   its value: `unknown_outcome`, `approval_required`, `attempts_exhausted`, `dead_letter`...
 
 Live attempts timed out = retries caused by a timeout + activities closed by one (from the

@@ -378,7 +378,7 @@ class Tracker:
 
 class Restless:
     """Which tasks awaiting a person would still act on their own while the workers are being stopped. Such a
-    task reads the world again on a timer (workflows/agent_task.py `_recheck`, at doubling intervals) and,
+    task reads the world again on a timer (workflows/_agent.py `_recheck`, at doubling intervals) and,
     when a refund that was held has landed, withdraws its question and runs on: stopped under it, it is left
     half done, and the judge reads it as lost. A task is at rest when its history has no activity and no
     workflow task open and no timer due before `until` (a timer that fires once every worker is gone wakes

@@ -1,6 +1,6 @@
 """What a task costs the server beside its steps: a new run records one patch marker (and the one
 TemporalChangeVersion search attribute the SDK upserts with it, a visibility write), not one per change
-patched so far (workflows/agent_task.py `_ONE_MARKER`). Judged on the history the server keeps."""
+patched so far (workflows/_agent.py `_ONE_MARKER`). Judged on the history the server keeps."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ clock is still refused."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 from datetime import timedelta
 from importlib._bootstrap_external import _LoaderBasics  # type: ignore[import-not-found]
@@ -13,7 +14,7 @@ import pytest
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox._importer import Importer
 
 import core.kinds
@@ -91,8 +92,9 @@ async def test_the_sandbox_still_refuses_the_wall_clock(client: Client) -> None:
 async def test_an_agent_run_imports_its_own_module_afresh_and_one_module_of_ours_from_outside(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A run's import costs per module: the workflow takes what it needs from outside the sandbox
-    through workflows/_outside.py alone, and nothing of ours but the workflow package is executed
-    again inside the sandbox (a fresh copy of core/ there would also hold classes of its own)."""
+    through workflows/_outside.py alone, and nothing of ours but the workflow package's modules of the
+    agent task (its handlers, its steps) is executed again inside the sandbox (a fresh copy of core/
+    there would also hold classes of its own)."""
     passed: list[str] = []
     executed: list[str] = []
     pass_through = Importer._maybe_passthrough_module
@@ -116,7 +118,38 @@ async def test_an_agent_run_imports_its_own_module_afresh_and_one_module_of_ours
     runner.prepare_workflow(defn)  # one run's instance, as the worker creates it
     ours = {"activities", "cli", "client", "core", "infra", "workflows"}
     assert [name for name in passed if name.split(".")[0] in ours] == ["workflows._outside"]
-    assert sorted(executed) == ["workflows", "workflows.agent_task"]
+    assert sorted(executed) == ["workflows", "workflows._agent", "workflows.agent_task"]
+
+
+# Tracked objects one agent run's sandboxed instance keeps alive (its copy of the workflow modules, the SDK's
+# instance): 383 while the agent's steps had evaluated annotations, 258 since (workflows/_agent.py).
+RUN_OBJECTS_AT_MOST = 300
+
+
+async def test_a_run_in_the_cache_keeps_few_objects_for_each_full_garbage_collection_to_walk() -> None:
+    """A worker holds every run in flight in its cache (thousands in a burst), and each full collection walks
+    all their objects while holding every thread of the worker, the heartbeat pump's too: a week's longest
+    grew to about 2 s (docs/figures.md). So a run's own copy of the workflow code keeps only what it needs."""
+    runner = CompiledSandboxRunner()
+    defn = workflow._Definition.must_from_class(AgentTaskWorkflow)
+    runner.prepare_workflow(defn)  # the first import also loads what the worker had not imported yet
+    kept: list[object] = []
+    create = runner.create_instance
+
+    def keep(det: WorkflowInstanceDetails) -> WorkflowInstance:
+        kept.append(instance := create(det))
+        return instance
+
+    object.__setattr__(runner, "create_instance", keep)  # a frozen dataclass
+    runs = 20
+    gc.collect()
+    before = len(gc.get_objects())
+    for _ in range(runs):
+        runner.prepare_workflow(defn)  # one run's instance, as the worker creates it
+    gc.collect()
+    per_run = (len(gc.get_objects()) - before) / runs
+    assert len(kept) == runs
+    assert per_run <= RUN_OBJECTS_AT_MOST, f"{per_run:.0f} tracked objects per cached run"
 
 
 async def test_a_module_of_ours_imported_at_run_time_is_the_workers_own(client: Client,

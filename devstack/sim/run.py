@@ -65,7 +65,7 @@ ITEMS = {"mug": 4000, "lamp": 2500}
 LIMITS = {**ITEMS, INVOICE: 7000}  # what each subject may be refunded or paid in total
 START = 1_800_000_000.0
 MAX_ASKS = 3  # the model asks again after a retryable not_performed
-WORLD_READS = 4  # workflows/agent_task.py _WORLD_READS
+WORLD_READS = 4  # workflows/_agent.py _WORLD_READS
 
 
 class Violation(Exception):
@@ -194,7 +194,7 @@ class Run:
             return err
 
     def _read_world(self, ticket: Ticket) -> str:
-        """workflows/agent_task.py _read_world: the product's inspection, waiting out a request in flight."""
+        """workflows/_agent.py _read_world: the product's inspection, waiting out a request in flight."""
         view = None
         for _ in range(WORLD_READS):
             view = self.effects.inspect(ticket.key, self.gateway.records(faulty=False),
