@@ -6,7 +6,7 @@ activities may be retried only because they verify with the ledger and the provi
 
 A worker SIGKILLed mid-step (issue 15; `python -m devstack.resume` measures it) is noticed at once
 by its liveness keeper, which fails the attempt (infra/liveness.py); when the keeper died too,
-when the attempt's heartbeat timeout (2 s) runs out. The retry starts one first interval later. Both are
+when the attempt's heartbeat timeout (3 s) runs out. The retry starts one first interval later. Both are
 timers of the server, which schedules nothing sooner than `history.timerProcessorMaxTimeShift`
 (1 s) after its timer queue last read: a retry interval under a second often comes out at about a
 second after a timeout, and a heartbeat timer moved on by a heartbeat fires up to a second late
@@ -39,7 +39,7 @@ IDEMPOTENT_WRITE_POLICY = READ_POLICY
 # out another's settle horizon (activities/effects.py) before the provider is asked again. The first
 # retry 0.25 s after a failure: how many retries a paused worker swallows is bounded by its open
 # polls, not by time, so retrying sooner spends no more attempts on it than the five it can take, and
-# each swallowed one costs a 2 s heartbeat timeout. Waiting out a settle horizon or a budget in flight
+# each swallowed one costs a 3 s heartbeat timeout. Waiting out a settle horizon or a budget in flight
 # sets its own delay (next_retry_delay). Backoff 0.25, 0.5, 1, 2, then 4 s: the nine retries span
 # 23.75 s, the window in which a provider that cannot be read recovers before the last attempt
 # answers `unknown` and a person decides.
@@ -69,13 +69,15 @@ TOOL_START_TO_CLOSE = timedelta(seconds=60)
 # out only if its worker took it and did not start it in time (admission control, worker.py worker_tuner),
 # or a process paused whole: its retry then waits for the live one's lease and settle horizon
 # (activities/effects.py), so it costs time and an attempt, never a second effect.
-# 2 s, not 1: a worker's death is told by its liveness keeper at once (infra/liveness.py), so this
+# 3 s, not 1: a worker's death is told by its liveness keeper at once (infra/liveness.py), so this
 # timeout only bounds what the keeper cannot see: a paused process, a host lost whole, and an attempt
 # the SDK's core took while a garbage collection held the worker's GIL (Python learns of it only after
-# the collection; a 4,200-ticket week's longest was 1.85 s, and at 1 s three attempts were timed out so),
-# and an activity the server handed eagerly to a worker in its reply to a completion the worker sent as it
-# died (the worker never learned of it, nor did its keeper: `make resume --load 300` saw 5 in 20 kills).
-TOOL_HEARTBEAT = timedelta(seconds=2)
+# the collection). A full collection walks every run the worker holds in cache: a 4,200-ticket week's
+# longest was 1.85 s, then 2.21 s, which at 2 s timed an attempt out; 1.43 s since a run keeps fewer
+# objects (workflows/_agent.py). Also an activity the server handed eagerly to a worker in its reply to
+# a completion the worker sent as it died (the worker never learned of it, nor did its keeper:
+# `make resume --load 300` saw 5 among 4,945 other tickets in 20 kills).
+TOOL_HEARTBEAT = timedelta(seconds=3)
 # The first beat at 0.3 x the timeout after the attempt started at the server, not at once. The server
 # arms an attempt's heartbeat timer at its start plus the timeout; a heartbeat only makes it arm a
 # later one when that fires, and a timer armed less than a second ahead fires up to a second late (the

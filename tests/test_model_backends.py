@@ -305,7 +305,7 @@ async def test_rate_limit_and_server_error_are_retried_by_temporal(client: Clien
 
 @pytest.mark.parametrize("model", ["openai"], indirect=True)
 async def test_a_slow_model_heartbeats_through_its_call(client: Client, model: _Protocol, world: World):
-    """A reply slower than the 2 s heartbeat timeout: the worker heartbeats while the SDK waits."""
+    """A reply slower than the heartbeat timeout (3 s): the worker heartbeats while the SDK waits."""
     model.stub.queue(model.text("Thought about it.").slow(HEARTBEAT_TIMEOUT.total_seconds() + 0.5))
     async with running_worker(client, model.settings):
         handle = await start(client, model.settings, scenario_task("SU-88421"))
