@@ -31,8 +31,12 @@ def _bounded(first: timedelta, longest: timedelta, attempts: int) -> RetryPolicy
                        maximum_attempts=attempts, non_retryable_error_types=NON_RETRYABLE)
 
 
-# Backoff 0.25, 0.5, 1, 2, 4 s: the five retries span 7.75 s.
-READ_POLICY = _bounded(timedelta(milliseconds=250), timedelta(seconds=10), 6)
+# Backoff 0.25, 0.5, 1, 2, then 4 s: the nine retries span 23.75 s, as long as a money call's (below). A
+# read that fails because the provider is down is not a question for a person: it is asked again until
+# the provider has had as long to come back as a refund gets, and only a longer outage escalates
+# (`attempts_exhausted`). Six attempts (7.75 s) were too few: a provider front end that restarts lets the
+# requests it holds finish with its port already closed, and a chaos run put 13 tickets to a person so.
+READ_POLICY = _bounded(timedelta(milliseconds=250), timedelta(seconds=4), 10)
 IDEMPOTENT_WRITE_POLICY = READ_POLICY
 # Ten attempts, close together: a paused worker's open activity polls (five by default) can each
 # swallow a retry that then times out (seen: attempts 3-7 of one call), and an attempt may only wait

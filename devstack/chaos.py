@@ -556,6 +556,9 @@ class ChaosReport:
     aim_missed: int = 0           # crash points armed and not reached in time (disarmed)
     connections_cut: int = 0      # ledger connections terminated
     held: dict[str, str] = dataclasses.field(default_factory=dict)    # task held beyond the window -> outcome
+    # restart kind -> each outage, stop to ready, in s: a provider stopping lets its held requests finish
+    # first with its port already closed, so its outage can last a hold beyond the drawn 1-3 s
+    outages: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     @property
     def chaos_happened(self) -> bool:
@@ -725,7 +728,8 @@ async def run_chaos(mode: str, tickets: int, seed: int, data_dir: Path, rate: fl
             unexpected_worker_exits=len(killer.unexpected), stop_exit_codes=codes,
             seconds={**seconds, "total": time.monotonic() - t0}, data_dir=str(data_dir), ledger=ledger,
             asked=dict.fromkeys(kinds, 1), happened=happened, aimed=dict(killer.aimed),
-            aim_missed=sum(killer.missed.values()), connections_cut=outages.connections_cut, held=held)
+            aim_missed=sum(killer.missed.values()), connections_cut=outages.connections_cut, held=held,
+            outages={k: list(v) for k, v in outages.down_seconds.items()})
     finally:
         if naive is not None:
             await naive.shutdown()
@@ -830,6 +834,10 @@ def table(reports: list[ChaosReport]) -> str:
         out.append(row(f"aimed at crash point: {point}", [r.aimed.get(point, 0) for r in reports]))
     out.append(row("aimed crash points armed and not reached in time (disarmed, drawn again)",
                    [r.aim_missed for r in reports]))
+    for kind in ("temporal restart", "provider restart"):
+        out.append(row(f"{kind}: outages, longest s (stop to ready)",
+                       [f"{len(r.outages.get(kind, []))}, {max(r.outages.get(kind, []), default=0):.1f}"
+                        for r in reports]))
     out.append(row("ledger connections terminated (pg_terminate_backend)",
                    [r.connections_cut if r.ledger == "postgres" else "-" for r in reports]))
     for label, key in FAULT_KINDS:
