@@ -68,6 +68,12 @@ POLICY_BY_CLASS = {
 }
 
 TOOL_START_TO_CLOSE = timedelta(seconds=60)
+# A local activity (the task's policy, a read tool) is bounded from its schedule over all its attempts, not
+# per attempt: the SDK's core (temporalio 1.35) starts a start-to-close timer for each attempt of a local
+# activity it retries and stops only the last one, so each earlier one fires later, timing out whatever
+# attempt then runs, or, once its worker has shut down, panicking in the core's thread. An attempt is
+# bounded all the same: by the provider client's timeout (STRIPE_TIMEOUT_SECONDS) and SQLite's busy timeout.
+LOCAL_READ_TIMEOUT = timedelta(seconds=60)
 # The SDK's core sends heartbeats at most every 0.8 x this; the heartbeat pump beats five times per timeout
 # from a thread of its own (activities/heartbeats.py), however busy the event loop. A live attempt is timed
 # out only if its worker took it and did not start it in time (admission control, worker.py worker_tuner),

@@ -195,7 +195,7 @@ class Agent:
         try:
             if self._lean:  # a read of the worker's own configuration and records: no task of its own
                 policy = await workflow.execute_local_activity_method(
-                    AuthorityActivities.task_policy, request, start_to_close_timeout=policies.OPS_START_TO_CLOSE,
+                    AuthorityActivities.task_policy, request, schedule_to_close_timeout=policies.LOCAL_READ_TIMEOUT,
                     retry_policy=policies.READ_POLICY, summary=f"policy for a {task.kind} task")
             else:
                 policy = await workflow.execute_activity_method(
@@ -612,7 +612,7 @@ class Agent:
                 # worker, with no activity task of its own (tool activities are registered under their name).
                 result: ToolResult = await workflow.execute_local_activity(
                     call.spec.name, request, result_type=ToolResult,
-                    start_to_close_timeout=policies.TOOL_START_TO_CLOSE, retry_policy=policy, summary=summary)
+                    schedule_to_close_timeout=policies.LOCAL_READ_TIMEOUT, retry_policy=policy, summary=summary)
             else:
                 result = await workflow.execute_activity(
                     call.spec.name, request, result_type=ToolResult,
