@@ -34,8 +34,9 @@ def _bounded(first: timedelta, longest: timedelta, attempts: int) -> RetryPolicy
 # Backoff 0.25, 0.5, 1, 2, then 4 s: the nine retries span 23.75 s, as long as a money call's (below). A
 # read that fails because the provider is down is not a question for a person: it is asked again until
 # the provider has had as long to come back as a refund gets, and only a longer outage escalates
-# (`attempts_exhausted`). Six attempts (7.75 s) were too few: a provider front end that restarts lets the
-# requests it holds finish with its port already closed, and a chaos run put 13 tickets to a person so.
+# (`attempts_exhausted`). Six attempts (7.75 s) were too few: in a chaos run the provider's restart (a
+# drawn 1-3 s down, plus its stop and start on a busy machine) refused connections long enough for 13
+# tickets in a row to be put to a person over a read.
 READ_POLICY = _bounded(timedelta(milliseconds=250), timedelta(seconds=4), 10)
 IDEMPOTENT_WRITE_POLICY = READ_POLICY
 # Ten attempts, close together: a paused worker's open activity polls (five by default) can each

@@ -556,8 +556,8 @@ class ChaosReport:
     aim_missed: int = 0           # crash points armed and not reached in time (disarmed)
     connections_cut: int = 0      # ledger connections terminated
     held: dict[str, str] = dataclasses.field(default_factory=dict)    # task held beyond the window -> outcome
-    # restart kind -> each outage, stop to ready, in s: a provider stopping lets its held requests finish
-    # first with its port already closed, so its outage can last a hold beyond the drawn 1-3 s
+    # restart kind -> each outage, stop to ready, in s: the drawn 1-3 s down plus the stop and the start,
+    # which a busy machine makes longer
     outages: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     @property

@@ -153,11 +153,10 @@ async def test_attempts_exhausted_after_the_refund_landed_is_settled_without_ask
 async def test_a_provider_outage_past_six_reads_is_waited_out_not_put_to_a_person(
     client: Client, settings: Settings, world: World, edge: EdgeControl,
 ):
-    """A provider's front end that restarts lets the requests it holds finish with its port already
-    closed, so its outage can outlast the restart itself: a chaos run put 13 tickets to a person when
-    their order could not be read for the 7.75 s six attempts spanned. Here the refund list is dropped
-    for seven reads in a row: the task reads again until the provider answers, refunds once and asks
-    nobody."""
+    """A provider restarting refuses connections for as long as its stop and start take: a chaos run put
+    13 tickets in a row to a person when their order could not be read for the 7.75 s six attempts
+    spanned. Here the refund list is dropped for seven reads in a row: the task reads again until the
+    provider answers, refunds once and asks nobody."""
     edge.configure("dedupe", [{"method": "GET", "path": "/v1/refunds", "fault": "drop_before_commit",
                                "nth": list(range(1, 8))}])
     async with running_worker(client, settings):
