@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import random
 import shutil
 import tempfile
@@ -49,6 +50,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 from temporalio.client import Client, WorkflowHandle
 
 from activities.db import Database
@@ -65,7 +67,7 @@ from core.names import STATUS_ATTR
 from devstack import attempts
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
-from devstack.load import ENCRYPTED_HELP, bare_client, host_ticks, payloads_described, stolen_share
+from devstack.load import ENCRYPTED_HELP, bare_client, cpu_seconds, host_ticks, payloads_described, stolen_share
 from devstack.polling import poll_until
 from devstack.seed import seed_order
 from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
@@ -179,6 +181,36 @@ def judge(world: World, week: Plan, states: dict[str, str]) -> dict[str, Any]:
     }
 
 
+class ProcessCpu:
+    """CPU seconds each process of one side spent between `start` and `stop`: the Temporal server,
+    localstripe, the side's worker and what it started (the liveness keeper), and this process (the
+    starts and the visibility counts). Read before the worker stops, while its children are alive."""
+
+    def __init__(self, stack: Stack, worker_pid: int | None) -> None:
+        self._pids = {"Temporal server": stack.temporal.pid if stack.temporal else None,
+                      "localstripe": stack.localstripe.pid if stack.localstripe else None,
+                      "worker": worker_pid, "this process (starts, counts)": os.getpid()}
+        self._before: dict[str, float] = {}
+
+    def _read(self) -> dict[str, float]:
+        seconds = {name: cpu_seconds(pid) for name, pid in self._pids.items()}
+        worker = self._pids["worker"]
+        if worker is not None:
+            try:
+                seconds["worker's liveness keeper"] = sum(
+                    cpu_seconds(child.pid) for child in psutil.Process(worker).children(recursive=True))
+            except psutil.NoSuchProcess:
+                seconds["worker's liveness keeper"] = 0.0
+        return seconds
+
+    def start(self) -> None:
+        self._before = self._read()
+
+    def stop(self) -> dict[str, float]:
+        after = self._read()
+        return {name: after[name] - self._before.get(name, 0.0) for name in after}
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="week-") as tmp, \
@@ -211,11 +243,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         worker = stack.start_worker(stack.log_file("worker"), worker_env)
         try:
+            meter = ProcessCpu(stack, worker.pid)
+            meter.start()
             started, host = time.perf_counter(), host_ticks()
             await asyncio.gather(*(start(t) for t in week.tickets))
             results = await settle(client, len(week.tickets), started, args.deadline)
             elapsed = time.perf_counter() - started
             stolen = {"harness": stolen_share(host, host_ticks())}
+            cpu = {"harness": meter.stop()}
         finally:
             worker.stop()
         first = week.tickets[0].task.task_id
@@ -229,7 +264,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         host = host_ticks()
         bare_env = {**worker_env, "PAYLOAD_ENCRYPTION_KEY": ""}
         bare_seconds = None if args.no_bare else await bare_week(bare_starter, stack, bare_env, len(week.tickets),
-                                                         args.deadline)
+                                                         args.deadline, cpu)
         if bare_seconds is not None:
             stolen["bare"] = stolen_share(host, host_ticks())
             stored["bare task's first step"] = await stored_encoding(bare_starter, "week-bare-00000",
@@ -259,6 +294,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "encrypted": args.encrypted, "compressed": args.encrypted and settings.payload_compression,
             "stored_encodings": stored,
             "stolen": stolen,
+            "cpu": cpu,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
             "escalations_by_kind": {kind: dict(tally.escalations) for kind, tally in by_kind.items()
                                     if tally.escalations},
@@ -276,9 +312,11 @@ async def stored_encoding(client: Client, workflow_id: str, event: str) -> str:
     return attributes.input.payloads[0].metadata["encoding"].decode()
 
 
-async def bare_week(client: Client, stack: Stack, worker_env: dict[str, str], count: int, deadline: float) -> float:
+async def bare_week(client: Client, stack: Stack, worker_env: dict[str, str], count: int, deadline: float,
+                    cpu: dict[str, dict[str, float]]) -> float:
     """Seconds for `count` bare tasks of BARE_STEPS no-op activities, started 50 at a time as the
-    tickets are, on a bare worker process with our worker options; NaN when they did not all complete."""
+    tickets are, on a bare worker process with our worker options; NaN when they did not all complete.
+    The CPU each process spent meanwhile goes to `cpu["bare"]`."""
     sem = asyncio.Semaphore(50)
 
     async def start(n: int) -> None:
@@ -292,7 +330,9 @@ async def bare_week(client: Client, stack: Stack, worker_env: dict[str, str], co
 
     worker = stack.start_worker(stack.log_file("bare-worker"), {**worker_env, "TASK_QUEUE": BARE_QUEUE},
                                 module="devstack.bare_worker")
+    meter = ProcessCpu(stack, worker.pid)
     try:
+        meter.start()
         started = time.perf_counter()
         await asyncio.gather(*(start(n) for n in range(count)))
         try:  # as settle(): a visibility count every 2 s
@@ -302,6 +342,7 @@ async def bare_week(client: Client, stack: Stack, worker_env: dict[str, str], co
             return math.nan
         return time.perf_counter() - started
     finally:
+        cpu["bare"] = meter.stop()
         worker.stop()
 
 
@@ -338,6 +379,7 @@ def report(r: dict[str, Any]) -> str:
              f"| throughput | {r['tasks_per_s']:.1f} tasks/s |",
              *bare_rows(r),
              *stolen_rows(r),
+             *cpu_rows(r),
              f"| tickets by kind | {', '.join(f'{k} {v}' for k, v in r['kinds'].items())} |",
              f"| end states | {', '.join(f'{k} {v}' for k, v in r['states'].items())} |"]
     lines += [f"| end states, {kind} | {', '.join(f'{k} {v}' for k, v in states.items())} |"
@@ -382,6 +424,17 @@ def bare_rows(r: dict[str, Any]) -> list[str]:
     return [f"| bare Temporal: as many tasks of {BARE_STEPS} no-op steps, same server | {bare:.0f} s, "
             f"{r['tickets'] / bare:.1f} tasks/s |",
             f"| harness / bare | {r['seconds'] / bare:.2f}x the time, {bare / r['seconds']:.0%} of the throughput |"]
+
+
+def cpu_rows(r: dict[str, Any]) -> list[str]:
+    """CPU a ticket (ms) by process, each side over its own tickets: where a week's time went."""
+    cpu = r.get("cpu", {})
+    if not cpu:
+        return []
+    sides, tickets = list(cpu), r["tickets"]
+    return [f"| CPU a ticket, {name}, {' / '.join(sides)} | "
+            + " / ".join(f"{cpu[side].get(name, 0.0) / tickets * 1000:.1f} ms" for side in sides) + " |"
+            for name in cpu[sides[0]]]
 
 
 def stolen_rows(r: dict[str, Any]) -> list[str]:

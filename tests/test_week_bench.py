@@ -35,4 +35,9 @@ def test_a_small_week_pays_once_loses_nothing_and_stores_what_it_was_told(encryp
                                           "ticket's first step (the worker's)": sealed,
                                           "bare task's first step": "json/plain"}
     assert (result["encrypted"], result["compressed"]) == (encrypted, encrypted)
+    # Where each side's time went, read from the processes themselves: a meter on the wrong pid reads 0.
+    cpu = result["cpu"]
+    assert all(cpu[side]["worker"] > 0 and cpu[side]["Temporal server"] > 0 for side in ("harness", "bare"))
+    assert cpu["harness"]["worker's liveness keeper"] > 0 and cpu["harness"]["localstripe"] > 0
+    assert "| CPU a ticket, worker, harness / bare |" in report(result)
     assert f"the tickets' payloads {'encrypted and compressed' if encrypted else 'not encrypted'};" in report(result)
