@@ -1,7 +1,7 @@
 """Load: the harness beside a bare Temporal workflow, on the same server, in one run.
 
     python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--profile [--profile-side bare]]
-        [--worker-option NAME=VALUE ...] [--server-config KEY=VALUE ...]
+        [--bare-io] [--worker-option NAME=VALUE ...] [--server-config KEY=VALUE ...]
 
 On a fresh local stack (Temporal dev server with the project's pragmas, localstripe behind the
 Stripe edge in dedupe mode with no faults) it runs:
@@ -11,7 +11,10 @@ Stripe edge in dedupe mode with no faults) it runs:
   the scripted model and the real stripe SDK against localstripe;
 - bare: `bench_bare.BareTaskWorkflow`, which runs one plain activity per step a harness ticket
   takes (its model turns and tool calls, counted from a harness result), each a no-op: what the
-  same steps cost on the same server with nothing of ours around them.
+  same steps cost on the same server with nothing of ours around them. With `--bare-io` the bare
+  steps where a ticket's tools run make the provider requests those tools make (`BareIO`), on paid
+  orders of their own: what the provider's I/O alone costs, beside the harness's ledger, checks and
+  workflow.
 
 Both sides' workers get `worker.worker_options` (the settings' slots: admission control), and
 `--worker-option` over it. `--server-config` sets the dev server's dynamic config over the stack's
@@ -61,12 +64,13 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.db import Database
 from activities.payments import StripeGateway
+from activities.records import Records
 from client import start_task
 from core.models import TaskResult
 from devstack import attempts
-from devstack.bench_bare import BARE_ACTIVITY, BareTaskWorkflow
+from devstack.bench_bare import BARE_ACTIVITY, BARE_IO_ACTIVITY, BareTaskWorkflow
 from devstack.profile import Profile, sampled
-from devstack.scenarios import batch_ticket
+from devstack.scenarios import batch_order, batch_ticket
 from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack, add_server_config_option
 from infra.bytecode import ensure_bytecode
@@ -87,11 +91,49 @@ async def bare_step(step: int) -> int:
     return step
 
 
-def bare_worker(client: Client, task_queue: str, settings: Settings, **options: Any) -> Worker:
-    """The bare side's worker: build_worker's options for these settings (and `options` over them), no harness."""
+# Where a harness ticket's tools run among its seven steps (model turn, get_order, turn, issue_refund, turn,
+# notify_customer, turn), and the provider requests each of them makes: the payment's refunds listed by
+# get_order, by issue_refund before its POST and by notify_customer for the money sentence.
+PROVIDER_REQUESTS = {1: ("list",), 3: ("list", "refund"), 5: ("list",)}
+
+
+class BareIO:
+    """`--bare-io`: bare Temporal's step making, where a ticket's tools run, the provider requests they make
+    (PROVIDER_REQUESTS) through the same client, in a thread as the tools do; no ledger, no checks, nothing
+    else of ours. What a worker that only talked to the provider would cost beside the harness."""
+
+    def __init__(self, gateway: StripeGateway) -> None:
+        self._gateway = gateway
+
+    @activity.defn(name=BARE_IO_ACTIVITY)
+    async def bare_io_step(self, step: int, payment_intent: str, amount_cents: int) -> int:
+        requests = PROVIDER_REQUESTS.get(step, ())
+        if requests:
+            await asyncio.to_thread(self._make, requests, payment_intent, amount_cents)
+        return step
+
+    def refunds_made(self, payments: list[str]) -> list[int]:
+        """How many refunds the provider holds for each payment: 1 each when every bare task made its requests."""
+        return [len(self._gateway.refunds(payment)) for payment in payments]
+
+    def _make(self, requests: tuple[str, ...], payment_intent: str, amount_cents: int) -> None:
+        for request in requests:
+            if request == "list":
+                self._gateway.refunds(payment_intent)
+            else:
+                self._gateway.refund(payment_intent, amount_cents, f"bare-io:{payment_intent}", {})
+
+
+BARE_IO_SIDE = "bare Temporal + the ticket's provider requests"
+
+
+def bare_worker(client: Client, task_queue: str, settings: Settings, io: BareIO | None = None,
+                **options: Any) -> Worker:
+    """The bare side's worker: build_worker's options for these settings (and `options` over them), no harness;
+    with `io`, its step that makes a ticket's provider requests too."""
     ensure_bytecode(BareTaskWorkflow)  # as build_worker does for ours
-    return Worker(client, task_queue=task_queue, workflows=[BareTaskWorkflow], activities=[bare_step],
-                  **worker_options(settings, **options))
+    return Worker(client, task_queue=task_queue, workflows=[BareTaskWorkflow],
+                  activities=[bare_step, *([io.bare_io_step] if io else [])], **worker_options(settings, **options))
 
 
 def slots_described(settings: Settings, options: dict[str, Any]) -> str:
@@ -239,8 +281,12 @@ def parse_option(text: str) -> tuple[str, Any]:
 
 
 class Load:
-    def __init__(self, client: Client, settings: Settings, stack: Stack, options: dict[str, Any]) -> None:
+    def __init__(self, client: Client, settings: Settings, stack: Stack, options: dict[str, Any],
+                 io: BareIO | None = None, first_bare_order: int = 0) -> None:
         self.client, self.settings, self.stack, self.options = client, settings, stack, options
+        self.io, self.next_bare_order = io, first_bare_order
+        self.bare_payments: list[str] = []  # with --bare-io, each bare task's, to read its refunds back
+        self.records = Records(Database(settings.agent_db_path))
         # Bare Temporal as a team would run it: the SDK's pydantic converter, no codec of ours.
         self.bare_client = bare_client(client)
         self.next_ticket = 1
@@ -261,7 +307,7 @@ class Load:
         return build_worker(self.client, self.settings, HARNESS_QUEUE, **self.options)
 
     def bare_worker(self) -> Worker:
-        return bare_worker(self.bare_client, BARE_QUEUE, self.settings, **self.options)
+        return bare_worker(self.bare_client, BARE_QUEUE, self.settings, self.io, **self.options)
 
     def worker(self, side: str) -> Worker:
         return self.harness_worker() if side == "harness" else self.bare_worker()
@@ -282,9 +328,27 @@ class Load:
         self.ids["harness"].append(handle.id)
         return handle.result
 
-    async def start_bare(self, task_id: str) -> Callable[[], Awaitable[Any]]:
-        handle = await self.bare_client.start_workflow(BareTaskWorkflow.run, self.activities_per_task, id=task_id,
-                                                  task_queue=BARE_QUEUE, task_timeout=timedelta(seconds=3))
+    def bare_tasks(self, count: int, name: str) -> list[tuple[str, str, int]]:
+        """`count` bare tasks: (id, payment intent, amount); with --bare-io each on a paid order of its own
+        (the orders after the harness's), read here before anything is measured."""
+        tasks = []
+        for n in range(count):
+            payment, amount = "", 0
+            if self.io is not None:
+                record = self.records.order(batch_order(self.next_bare_order).order_id)
+                assert record is not None, f"order {self.next_bare_order} was not seeded"
+                payment, amount = record.payment_intent_id, record.order.items[0].amount_cents
+                self.next_bare_order += 1
+                self.bare_payments.append(payment)
+            tasks.append((f"{name}-{n}-{time.time_ns()}", payment, amount))
+        return tasks
+
+    async def start_bare(self, task: tuple[str, str, int]) -> Callable[[], Awaitable[Any]]:
+        task_id, payment, amount = task
+        handle = await self.bare_client.start_workflow(BareTaskWorkflow.run,
+                                                       args=[self.activities_per_task, 0, payment, amount],
+                                                       id=task_id, task_queue=BARE_QUEUE,
+                                                       task_timeout=timedelta(seconds=3))
         self.ids["bare"].append(handle.id)
         return handle.result
 
@@ -292,14 +356,15 @@ class Load:
         """`count` tasks one after another, after WARMUP unmeasured ones (the worker was just started)."""
         seconds = []
         for i in range(WARMUP + count):
+            ticket = self.tickets(1)[0] if side == "harness" else self.bare_tasks(1, f"bare-latency-{i}")[0]
             started = time.perf_counter()
             if side == "harness":
-                result: TaskResult = await (await self.start_harness(self.tickets(1)[0]))()
+                result: TaskResult = await (await self.start_harness(ticket))()
                 assert result.state == "completed", result.final_answer
                 last = result.task_id
             else:
-                last = f"bare-latency-{i}-{time.time_ns()}"
-                await (await self.start_bare(last))()
+                last = ticket[0]
+                await (await self.start_bare(ticket))()
             if i >= WARMUP:
                 seconds.append(time.perf_counter() - started)
             if side == "harness" and not self.activities_per_task:
@@ -311,8 +376,7 @@ class Load:
 
     async def throughput(self, side: str, count: int, round_no: int) -> dict[str, float]:
         # Made before the CPU is read: generating tickets is this benchmark's work, not the harness's.
-        tasks = self.tickets(count) if side == "harness" else [f"bare-{round_no}-{n}-{time.time_ns()}"
-                                                              for n in range(count)]
+        tasks = self.tickets(count) if side == "harness" else self.bare_tasks(count, f"bare-{round_no}")
         # The liveness keeper is the worker's (infra/liveness.py): a process of its own beside it.
         pids = {"temporal": self.stack.temporal.pid, "localstripe": self.stack.localstripe.pid,
                 "liveness keeper": keeper_pid(self.client)}
@@ -363,14 +427,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             agent_db_path=Path(tmp) / "agent.db")
         orders = LATENCY_BLOCKS * WARMUP + args.latency + (args.rounds + args.profile) * args.tickets
         started = time.perf_counter()
+        # With --bare-io the bare side refunds orders of its own, the ones after the harness's.
         await asyncio.to_thread(seed_scenarios, Database(settings.agent_db_path),
-                                StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders)
-        print(f"seeded {orders} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
+                                StripeGateway(STRIPE_API_KEY, stack.stripe_url, 10.0), orders * (1 + args.bare_io))
+        print(f"seeded {orders * (1 + args.bare_io)} paid orders in {time.perf_counter() - started:.1f}s", flush=True)
         # The harness's payloads go through the product's converter (infra/connection.py), encrypted with
         # --encrypted as the deployment runs them (docker-compose.yml), compressed as PAYLOAD_COMPRESSION says.
         client = await Client.connect(stack.address, data_converter=converter_for(settings),
                                       runtime=attempts.forwarding_runtime())
-        load = Load(client, settings, stack, options)
+        gateway = StripeGateway(settings.stripe_api_key.get_secret_value(), settings.stripe_api_base,
+                                settings.stripe_timeout_seconds, settings.stripe_sdk_retries)  # as build_worker's
+        io = BareIO(gateway) if args.bare_io else None
+        load = Load(client, settings, stack, options, io, first_bare_order=orders + 1)
         freeze_startup_objects()  # as worker.py does once it has built its worker
 
         # In blocks, alternating which side goes first, so that a drift of the machine or of the server's
@@ -400,12 +468,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print("profiled round done", flush=True)
         honesty = await load.honesty()
         server_config = stack.server_config
+        bare_refunds = await asyncio.to_thread(io.refunds_made, load.bare_payments) if io else None
     shown = {k: v for k, v in options.items() if k != "workflow_runner"}
     if args.sandbox != "default":
         shown["sandbox"] = args.sandbox
     if args.gc_threshold:
         shown["gc"] = f"gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "slots": slots_described(settings, options),
+            "bare_io": args.bare_io, "bare_refunds": bare_refunds,
             "threads": args.threads, "encrypted": args.encrypted,
             "compressed": args.encrypted and settings.payload_compression,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
@@ -443,7 +513,7 @@ def report(result: dict[str, Any]) -> str:
         + (f", {result['threads']} threads for blocking I/O" if result["threads"] else "")
         + f"; server config over the stack's: {result.get('server_config') or 'none'}",
         "",
-        "| | harness | bare Temporal | harness / bare |",
+        f"| | harness | {BARE_IO_SIDE if result.get('bare_io') else 'bare Temporal'} | harness / bare |",
         "|---|---|---|---|",
         f"| throughput, tasks/s | {h_tps:.1f} | {b_tps:.1f} | {h_tps / b_tps:.0%} |",
         f"| throughput, activities/s | {h_aps:.0f} | {b_aps:.0f} | {h_aps / b_aps:.0%} |",
@@ -505,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
                              "passthrough: our workflow modules imported once; off: no sandbox (an upper bound)")
     parser.add_argument("--encrypted", action="store_true",
                         help=ENCRYPTED_HELP)
+    parser.add_argument("--bare-io", action="store_true",
+                        help="the bare side's steps make a ticket's four provider requests (three lists of the "
+                             "payment's refunds and a refund) through the same client, on orders of their own: "
+                             "what the provider's I/O alone costs beside the harness")
     parser.add_argument("--gc-threshold", type=int, default=0,
                         help="this gen0 threshold (Python's default: 700)")
     parser.add_argument("--profile", action="store_true",

@@ -122,3 +122,18 @@ def test_the_harness_payloads_are_compressed_as_the_settings_say():
     deployment's (a converter of its own would compress either way, or never)."""
     (_, compressed), (_, plain) = (small_result(True, c)["history"]["harness"] for c in (True, False))
     assert compressed < plain * 0.95, (compressed, plain)
+
+
+def test_bare_io_makes_a_tickets_provider_requests_on_orders_of_its_own():
+    """`--bare-io`: every bare task refunded its own order once at the provider (read back after the
+    rounds), through requests the harness's localstripe CPU row shows for the bare side too."""
+    command = [sys.executable, "-m", "devstack.load", "--tickets", "6", "--latency", "2", "--rounds", "2",
+               "--bare-io", "--json"]
+    run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(run.stdout[run.stdout.index("\n{") + 1:])
+    tasks = 2 * (3 + 1) + 2 * 6  # 2 latency blocks (split(2, 3)) of 3 unmeasured tasks and 1; 2 rounds of 6
+    assert result["bare_refunds"] == [1] * tasks
+    assert all(r["cpu:localstripe"] > 0 for r in result["rounds"]["bare"])
+    assert all(r[f"cpu:load, of it on {THREAD_GROUPS['asyncio_']}"] > 0 for r in result["rounds"]["bare"])
+    assert "| | harness | bare Temporal + the ticket's provider requests | harness / bare |" in report(result)
