@@ -197,30 +197,42 @@ def thread_group(thread: threading.Thread | None) -> str:
     return next((group for prefix, group in THREAD_GROUPS.items() if thread.name.startswith(prefix)), OTHER_PYTHON)
 
 
-def thread_ticks() -> dict[int, tuple[str, int]]:
-    """(group, utime + stime ticks) of each of this process's threads now."""
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """(group, CPU seconds) of each of this process's threads now.
+
+    From the scheduler's own clock (schedstat, nanoseconds) where the kernel has it: the clock-tick counters
+    in stat truncate each thread to whole ticks (10 ms), so a pool of threads that each ran a few ms reads
+    as nothing at all."""
     tids = os.listdir("/proc/self/task")
     threads = {t.native_id: t for t in threading.enumerate()}  # after the listing: every Python one in it
-    ticks = {}
+    spent = {}
     for tid in tids:
         try:
-            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            seconds = thread_seconds(Path(f"/proc/self/task/{tid}"))
         except OSError:
             continue  # it ended between the listing and the read
-        ticks[int(tid)] = (thread_group(threads.get(int(tid))), int(fields[11]) + int(fields[12]))
-    return ticks
+        spent[int(tid)] = (thread_group(threads.get(int(tid))), seconds)
+    return spent
 
 
-def cpu_by_thread_group(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]],
+def thread_seconds(task: Path) -> float:
+    try:
+        return int(task.joinpath("schedstat").read_text().split()[0]) / 1e9
+    except FileNotFoundError:  # a kernel built without it: whole clock ticks from stat
+        fields = task.joinpath("stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_thread_group(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
                         total: float) -> dict[str, float]:
     """CPU seconds each group spent between two readings of the threads, and `total` (the process's
     CPU over the same time) less theirs: the share of threads that ended in between."""
     spent = dict.fromkeys([*THREAD_GROUPS.values(), OTHER_PYTHON, NATIVE], 0.0)
-    for tid, (group, ticks) in after.items():
+    for tid, (group, seconds) in after.items():
         was = before.get(tid)
-        # A thread id used again by a new thread (another group, or fewer ticks) starts from nothing.
-        start = was[1] if was is not None and was[0] == group and was[1] <= ticks else 0
-        spent[group] += (ticks - start) / os.sysconf("SC_CLK_TCK")
+        # A thread id used again by a new thread (another group, or less CPU) starts from nothing.
+        start = was[1] if was is not None and was[0] == group and was[1] <= seconds else 0.0
+        spent[group] += seconds - start
     spent[ENDED] = max(0.0, total - sum(spent.values()))
     return spent
 
@@ -382,7 +394,7 @@ class Load:
                 "liveness keeper": keeper_pid(self.client)}
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         own, switches, collected = os.times(), context_switches(), list(self.collections.seconds)
-        threads = thread_ticks()
+        threads = thread_cpu()
         host = host_ticks()
         sem = asyncio.Semaphore(50)
 
@@ -404,7 +416,7 @@ class Load:
         cpu["load, of it in the kernel"] = after_own.system - own.system
         for generation, seconds in enumerate(self.collections.seconds):
             cpu[f"load, of it collecting garbage, generation {generation}"] = seconds - collected[generation]
-        for group, seconds in cpu_by_thread_group(threads, thread_ticks(), cpu["load (client + worker)"]).items():
+        for group, seconds in cpu_by_thread_group(threads, thread_cpu(), cpu["load (client + worker)"]).items():
             cpu[f"load, of it on {group}"] = seconds
         return {"context_switches": context_switches() - switches,
                 "seconds": elapsed, "tasks_per_s": count / elapsed, "stolen": stolen_share(host, host_ticks()),

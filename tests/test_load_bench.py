@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from devstack.load import (
     report,
     split,
     stolen_share,
-    thread_ticks,
+    thread_cpu,
 )
 from devstack.processes import PROJECT_ROOT, SERVER_PRAGMAS
 from devstack.stack import Stack
@@ -46,23 +48,46 @@ def test_the_stolen_share_is_of_the_whole_machine_between_two_readings():
 async def test_cpu_is_told_apart_by_the_thread_it_ran_on():
     """CPU burnt in a call handed to asyncio's default executor (as the tools' blocking calls are) shows in
     the tools' row, not in the workflow activations' or the event loop's."""
-    before = thread_ticks()
+    before = thread_cpu()
 
     def burn() -> None:  # the pool's thread may have run earlier tests' calls: its clock is not at zero
         start = time.thread_time()
         while time.thread_time() - start < 0.2:
             pass
     await asyncio.to_thread(burn)
-    spent = cpu_by_thread_group(before, thread_ticks(), total=0.0)
+    spent = cpu_by_thread_group(before, thread_cpu(), total=0.0)
     assert spent[THREAD_GROUPS["asyncio_"]] >= 0.1, spent
     assert spent[THREAD_GROUPS["temporal_workflow_"]] == 0, spent
     assert spent[THREAD_GROUPS["MainThread"]] < spent[THREAD_GROUPS["asyncio_"]], spent
 
 
+def test_a_pool_of_threads_each_running_less_than_a_clock_tick_is_counted():
+    """Six pool threads of 4 ms each (a few provider requests each, as in a small --bare-io round): read in
+    whole clock ticks, each would truncate to nothing and the row would read 0."""
+    burnt, release = threading.Semaphore(0), threading.Event()
+
+    def burn() -> None:
+        start = time.thread_time()
+        while time.thread_time() - start < 0.004:
+            pass
+        burnt.release()
+        release.wait(60)  # alive at the second reading, as the default executor's threads are
+    with ThreadPoolExecutor(6, thread_name_prefix="asyncio_") as pool:
+        before = thread_cpu()
+        futures = [pool.submit(burn) for _ in range(6)]
+        try:
+            assert all(burnt.acquire(timeout=60) for _ in futures)
+            spent = cpu_by_thread_group(before, thread_cpu(), total=0.0)
+        finally:
+            release.set()
+        for future in futures:
+            future.result()
+    assert spent[THREAD_GROUPS["asyncio_"]] >= 6 * 0.004, spent
+
+
 def test_a_thread_id_used_again_starts_from_nothing():
-    tick = os.sysconf("SC_CLK_TCK")
-    before = {7: (THREAD_GROUPS["asyncio_"], 500)}
-    spent = cpu_by_thread_group(before, {7: (NATIVE, 2 * tick)}, total=5.0)
+    before = {7: (THREAD_GROUPS["asyncio_"], 5.0)}
+    spent = cpu_by_thread_group(before, {7: (NATIVE, 2.0)}, total=5.0)
     assert spent[NATIVE] == 2 and spent[THREAD_GROUPS["asyncio_"]] == 0
     assert spent[ENDED] == 3  # the process's total less what the living threads account for
 
@@ -134,6 +159,7 @@ def test_bare_io_makes_a_tickets_provider_requests_on_orders_of_its_own():
     result = json.loads(run.stdout[run.stdout.index("\n{") + 1:])
     tasks = 2 * (3 + 1) + 2 * 6  # 2 latency blocks (split(2, 3)) of 3 unmeasured tasks and 1; 2 rounds of 6
     assert result["bare_refunds"] == [1] * tasks
-    assert all(r["cpu:localstripe"] > 0 for r in result["rounds"]["bare"])
+    # A process's CPU is read in whole clock ticks (10 ms), about a round's 24 requests here: summed over both
+    assert sum(r["cpu:localstripe"] for r in result["rounds"]["bare"]) > 0
     assert all(r[f"cpu:load, of it on {THREAD_GROUPS['asyncio_']}"] > 0 for r in result["rounds"]["bare"])
     assert "| | harness | bare Temporal + the ticket's provider requests | harness / bare |" in report(result)
