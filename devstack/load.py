@@ -95,6 +95,16 @@ async def bare_step(step: int) -> int:
 # notify_customer, turn), and the provider requests each of them makes: the payment's refunds listed by
 # get_order, by issue_refund before its POST and by notify_customer for the money sentence.
 PROVIDER_REQUESTS = {1: ("list",), 3: ("list", "refund"), 5: ("list",)}
+# The harness ticket's model turns and tool calls that map assumes, checked against the first one measured.
+TICKET_SHAPE = (4, {"get_order": 1, "issue_refund": 1, "notify_customer": 1})
+
+
+def shape_differs(turns: int, calls: dict[str, int]) -> str | None:
+    """Why `--bare-io` would not make the harness ticket's provider requests, or None when it would."""
+    if (turns, calls) == TICKET_SHAPE:
+        return None
+    return (f"--bare-io assumes a ticket of {TICKET_SHAPE[0]} model turns and calls {TICKET_SHAPE[1]}; the harness's "
+            f"ran {turns} turns and calls {calls}: change PROVIDER_REQUESTS and TICKET_SHAPE in devstack/load.py")
 
 
 class BareIO:
@@ -382,6 +392,8 @@ class Load:
             if side == "harness" and not self.activities_per_task:
                 # The bare side runs as many steps as a team would write: one per model turn and tool call.
                 self.activities_per_task = result.checkpoint.turns + sum(result.checkpoint.calls.values())
+                if self.io is not None and (why := shape_differs(result.checkpoint.turns, result.checkpoint.calls)):
+                    raise SystemExit(why)
         history = await self.client.get_workflow_handle(last).fetch_history()
         self.history[side] = (len(history.events), sum(e.ByteSize() for e in history.events))
         return seconds

@@ -23,6 +23,7 @@ from devstack.load import (
     cpu_by_thread_group,
     host_ticks,
     report,
+    shape_differs,
     split,
     stolen_share,
     thread_cpu,
@@ -147,6 +148,13 @@ def test_the_harness_payloads_are_compressed_as_the_settings_say():
     deployment's (a converter of its own would compress either way, or never)."""
     (_, compressed), (_, plain) = (small_result(True, c)["history"]["harness"] for c in (True, False))
     assert compressed < plain * 0.95, (compressed, plain)
+
+
+def test_bare_io_refuses_a_ticket_of_another_shape():
+    """A scripted ticket that changed shape would leave --bare-io making the wrong requests, silently."""
+    assert shape_differs(4, {"get_order": 1, "issue_refund": 1, "notify_customer": 1}) is None
+    why = shape_differs(5, {"get_order": 1, "issue_refund": 2, "notify_customer": 1})
+    assert why is not None and "PROVIDER_REQUESTS" in why and "5 turns" in why
 
 
 def test_bare_io_makes_a_tickets_provider_requests_on_orders_of_its_own():
