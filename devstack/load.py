@@ -11,12 +11,13 @@ Stripe edge in dedupe mode with no faults) it runs:
   the scripted model and the real stripe SDK against localstripe;
 - bare: `bench_bare.BareTaskWorkflow`, which runs one plain activity per step a harness ticket
   takes (its model turns and tool calls, counted from a harness result), each a no-op: what the
-  same steps cost on the same server with nothing of ours around them. With `--bare-io` the bare
-  steps where a ticket's tools run make the provider requests those tools make (`BareIO`), on paid
-  orders of their own: what the provider's I/O alone costs, beside the harness's ledger, checks and
+  same steps cost on the same server with nothing of ours around them;
+- bare-io, with `--bare-io`: the same bare workflow, whose steps where a ticket's tools run make the
+  provider requests those tools make (`BareIO`), on paid orders of their own: what the provider's I/O
+  alone costs, measured in the same run as the other two, beside the harness's ledger, checks and
   workflow.
 
-Both sides' workers get `worker.worker_options` (the settings' slots: admission control), and
+Every side's worker gets `worker.worker_options` (the settings' slots: admission control), and
 `--worker-option` over it. `--server-config` sets the dev server's dynamic config over the stack's
 (`SERVER_PRAGMAS` in devstack/processes.py), for both sides alike.
 
@@ -134,7 +135,9 @@ class BareIO:
                 self._gateway.refund(payment_intent, amount_cents, f"bare-io:{payment_intent}", {})
 
 
-BARE_IO_SIDE = "bare Temporal + the ticket's provider requests"
+# With --bare-io, a third side: bare Temporal whose steps make a ticket's provider requests.
+BARE_IO = "bare-io"
+SIDE_NAMES = {"harness": "harness", "bare": "bare Temporal", BARE_IO: "bare Temporal + the ticket's provider requests"}
 
 
 def bare_worker(client: Client, task_queue: str, settings: Settings, io: BareIO | None = None,
@@ -155,6 +158,12 @@ def slots_described(settings: Settings, options: dict[str, Any]) -> str:
     workflow, activity_slots, local = settings.slots
     return (f"{settings.worker_tuner} tuner, slots: {workflow} workflow tasks, {activity_slots} activities, "
             f"{local} local activities")
+
+
+def rotated(sides: tuple[str, ...], n: int) -> tuple[str, ...]:
+    """`sides` starting from the n-th (modulo their count): each goes first in turn."""
+    n %= len(sides)
+    return sides[n:] + sides[:n]
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -307,16 +316,17 @@ class Load:
                  io: BareIO | None = None, first_bare_order: int = 0) -> None:
         self.client, self.settings, self.stack, self.options = client, settings, stack, options
         self.io, self.next_bare_order = io, first_bare_order
-        self.bare_payments: list[str] = []  # with --bare-io, each bare task's, to read its refunds back
+        self.sides = ("harness", "bare", *((BARE_IO,) if io else ()))
+        self.bare_payments: list[str] = []  # each bare-io task's, to read its refunds back
         self.records = Records(Database(settings.agent_db_path))
         # Bare Temporal as a team would run it: the SDK's pydantic converter, no codec of ours.
         self.bare_client = bare_client(client)
         self.next_ticket = 1
         self.activities_per_task = 0
         self.history: dict[str, tuple[int, int]] = {}
-        self.ids: dict[str, list[str]] = {"harness": [], "bare": []}
+        self.ids: dict[str, list[str]] = {side: [] for side in self.sides}
         self.notices = attempts.WorkerNotices()
-        self.worker_saw: dict[str, int] = {"harness": 0, "bare": 0}
+        self.worker_saw: dict[str, int] = dict.fromkeys(self.sides, 0)
         self.collections = Collections()
         attempts.watching(self.notices)
 
@@ -328,11 +338,12 @@ class Load:
     def harness_worker(self) -> Worker:
         return build_worker(self.client, self.settings, HARNESS_QUEUE, **self.options)
 
-    def bare_worker(self) -> Worker:
-        return bare_worker(self.bare_client, BARE_QUEUE, self.settings, self.io, **self.options)
+    def bare_worker(self, side: str) -> Worker:
+        io = self.io if side == BARE_IO else None
+        return bare_worker(self.bare_client, BARE_QUEUE, self.settings, io, **self.options)
 
     def worker(self, side: str) -> Worker:
-        return self.harness_worker() if side == "harness" else self.bare_worker()
+        return self.harness_worker() if side == "harness" else self.bare_worker(side)
 
     def seen(self, side: str) -> None:
         """What the worker of `side`, just stopped, saw of its attempts being timed out."""
@@ -350,35 +361,39 @@ class Load:
         self.ids["harness"].append(handle.id)
         return handle.result
 
-    def bare_tasks(self, count: int, name: str) -> list[tuple[str, str, int]]:
-        """`count` bare tasks: (id, payment intent, amount); with --bare-io each on a paid order of its own
-        (the orders after the harness's), read here before anything is measured."""
+    def tasks(self, side: str, count: int, name: str) -> list:
+        """`count` tasks of `side`, made before anything is measured: tickets for the harness; (id, payment
+        intent, amount) for the bare sides, the bare-io side's each on a paid order of its own (the orders
+        after the harness's)."""
+        if side == "harness":
+            return self.tickets(count)
         tasks = []
         for n in range(count):
             payment, amount = "", 0
-            if self.io is not None:
+            if side == BARE_IO:
+                assert self.io is not None
                 record = self.records.order(batch_order(self.next_bare_order).order_id)
                 assert record is not None, f"order {self.next_bare_order} was not seeded"
                 payment, amount = record.payment_intent_id, record.order.items[0].amount_cents
                 self.next_bare_order += 1
                 self.bare_payments.append(payment)
-            tasks.append((f"{name}-{n}-{time.time_ns()}", payment, amount))
+            tasks.append((f"{side}-{name}-{n}-{time.time_ns()}", payment, amount))
         return tasks
 
-    async def start_bare(self, task: tuple[str, str, int]) -> Callable[[], Awaitable[Any]]:
+    async def start_bare(self, side: str, task: tuple[str, str, int]) -> Callable[[], Awaitable[Any]]:
         task_id, payment, amount = task
         handle = await self.bare_client.start_workflow(BareTaskWorkflow.run,
                                                        args=[self.activities_per_task, 0, payment, amount],
                                                        id=task_id, task_queue=BARE_QUEUE,
                                                        task_timeout=timedelta(seconds=3))
-        self.ids["bare"].append(handle.id)
+        self.ids[side].append(handle.id)
         return handle.result
 
     async def latency(self, side: str, count: int) -> list[float]:
         """`count` tasks one after another, after WARMUP unmeasured ones (the worker was just started)."""
         seconds = []
         for i in range(WARMUP + count):
-            ticket = self.tickets(1)[0] if side == "harness" else self.bare_tasks(1, f"bare-latency-{i}")[0]
+            ticket = self.tasks(side, 1, f"latency-{i}")[0]
             started = time.perf_counter()
             if side == "harness":
                 result: TaskResult = await (await self.start_harness(ticket))()
@@ -386,7 +401,7 @@ class Load:
                 last = result.task_id
             else:
                 last = ticket[0]
-                await (await self.start_bare(ticket))()
+                await (await self.start_bare(side, ticket))()
             if i >= WARMUP:
                 seconds.append(time.perf_counter() - started)
             if side == "harness" and not self.activities_per_task:
@@ -400,7 +415,7 @@ class Load:
 
     async def throughput(self, side: str, count: int, round_no: int) -> dict[str, float]:
         # Made before the CPU is read: generating tickets is this benchmark's work, not the harness's.
-        tasks = self.tickets(count) if side == "harness" else self.bare_tasks(count, f"bare-{round_no}")
+        tasks = self.tasks(side, count, f"round-{round_no}")
         # The liveness keeper is the worker's (infra/liveness.py): a process of its own beside it.
         pids = {"temporal": self.stack.temporal.pid, "localstripe": self.stack.localstripe.pid,
                 "liveness keeper": keeper_pid(self.client)}
@@ -412,7 +427,7 @@ class Load:
 
         async def one(task) -> Any:
             async with sem:
-                waiter = await (self.start_harness(task) if side == "harness" else self.start_bare(task))
+                waiter = await (self.start_harness(task) if side == "harness" else self.start_bare(side, task))
             return await waiter()
         started = time.perf_counter()
         results = await asyncio.gather(*(one(t) for t in tasks))
@@ -467,18 +482,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # In blocks, alternating which side goes first, so that a drift of the machine or of the server's
         # database over the phase weighs on both sides alike.
-        latency: dict[str, list[float]] = {"harness": [], "bare": []}
+        latency: dict[str, list[float]] = {side: [] for side in load.sides}
         for block, share in enumerate(split(args.latency, LATENCY_BLOCKS)):
-            for side in ("harness", "bare") if block % 2 == 0 else ("bare", "harness"):
+            for side in rotated(load.sides, block):
                 async with load.worker(side):
                     latency[side] += await load.latency(side, share)
                 load.seen(side)
         print(f"latency measured; {load.activities_per_task} steps per task", flush=True)
 
-        rounds: dict[str, list[dict[str, float]]] = {"harness": [], "bare": []}
+        rounds: dict[str, list[dict[str, float]]] = {side: [] for side in load.sides}
         for r in range(args.rounds):
-            order = ("bare", "harness") if r % 2 == 0 else ("harness", "bare")
-            for side in order:
+            for side in rotated(load.sides, r + 1):
                 async with load.worker(side):
                     rounds[side].append(await load.throughput(side, args.tickets, r))
                 load.seen(side)
@@ -522,44 +536,52 @@ def payloads_described(result: dict[str, Any]) -> str:
 
 
 def report(result: dict[str, Any]) -> str:
+    sides = list(result["rounds"])
+    # harness / bare always; with the bare-io side, the harness over it and it over bare too: the floor the
+    # provider's requests alone set, and the harness's distance from it, in the same run
+    pairs = [("harness", "bare"), *((("harness", BARE_IO), (BARE_IO, "bare")) if BARE_IO in sides else ())]
+    ticket = result["tickets"]
     def mean(side: str, key: str) -> float:
         return statistics.mean(r[key] for r in result["rounds"][side])
-    def per_round(side: str) -> str:
-        return ", ".join(f"{r['tasks_per_s']:.1f}" for r in result["rounds"][side])
-    h_tps, b_tps = mean("harness", "tasks_per_s"), mean("bare", "tasks_per_s")
-    h_aps, b_aps = mean("harness", "activities_per_s"), mean("bare", "activities_per_s")
-    lat = result["latency"]
+    def row(label: str, cell: Callable[[str], str], ratio: Callable[[str, str], str] | None = None) -> str:
+        ratios = [ratio(a, b) if ratio else "" for a, b in pairs]
+        return f"| {label} | {' | '.join([*(cell(side) for side in sides), *ratios])} |"
+    def tps_ratio(key: str) -> Callable[[str, str], str]:
+        return lambda a, b: f"{mean(a, key) / mean(b, key):.0%}"
+    def lat(side: str, q: float) -> float:
+        return percentile(result["latency"][side], q)
+    def latency_row(q: int) -> str:
+        return row(f"one task end to end, p{q} s", lambda side: f"{lat(side, q):.3f}",
+                   lambda a, b: f"{lat(a, q) / lat(b, q):.2f}x")
+    def cpu_row(key: str) -> str:
+        return row(f"CPU s per task: {key[4:]}", lambda side: f"{mean(side, key) / ticket * 1000:.1f} ms")
     lines = [
-        f"{result['tickets']} tasks at once x {len(result['rounds']['harness'])} rounds per side, "
+        f"{ticket} tasks at once x {len(result['rounds']['harness'])} rounds per side, "
         f"{result['activities_per_task']} activities per task; {result['slots']}; "
         f"worker options {result['options'] or 'as build_worker'}; harness payloads "
         f"{payloads_described(result)}"
         + (f", {result['threads']} threads for blocking I/O" if result["threads"] else "")
         + f"; server config over the stack's: {result.get('server_config') or 'none'}",
         "",
-        f"| | harness | {BARE_IO_SIDE if result.get('bare_io') else 'bare Temporal'} | harness / bare |",
-        "|---|---|---|---|",
-        f"| throughput, tasks/s | {h_tps:.1f} | {b_tps:.1f} | {h_tps / b_tps:.0%} |",
-        f"| throughput, activities/s | {h_aps:.0f} | {b_aps:.0f} | {h_aps / b_aps:.0%} |",
-        f"| throughput per round, tasks/s | {per_round('harness')} | {per_round('bare')} | |",
-        f"| one task end to end, p50 s | {percentile(lat['harness'], 50):.3f} | {percentile(lat['bare'], 50):.3f} | "
-        f"{percentile(lat['harness'], 50) / percentile(lat['bare'], 50):.2f}x |",
-        f"| one task end to end, p99 s | {percentile(lat['harness'], 99):.3f} | {percentile(lat['bare'], 99):.3f} | "
-        f"{percentile(lat['harness'], 99) / percentile(lat['bare'], 99):.2f}x |",
+        f"| | {' | '.join([*(SIDE_NAMES[side] for side in sides), *(f'{a} / {b}' for a, b in pairs)])} |",
+        "|---|" + "---|" * (len(sides) + len(pairs)),
+        row("throughput, tasks/s", lambda side: f"{mean(side, 'tasks_per_s'):.1f}", tps_ratio("tasks_per_s")),
+        row("throughput, activities/s", lambda side: f"{mean(side, 'activities_per_s'):.0f}",
+            tps_ratio("activities_per_s")),
+        row("throughput per round, tasks/s",
+            lambda side: ", ".join(f"{r['tasks_per_s']:.1f}" for r in result["rounds"][side])),
+        *(latency_row(q) for q in (50, 99)),
+        row("history per task: events / bytes",
+            lambda side: f"{result['history'][side][0]} / {result['history'][side][1]:,}"),
     ]
-    (he, hb), (be, bb) = result["history"]["harness"], result["history"]["bare"]
-    lines.append(f"| history per task: events / bytes | {he} / {hb:,} | {be} / {bb:,} | |")
     for key in [k for k in result["rounds"]["harness"][0] if k.startswith("cpu:")]:
-        h, b = mean("harness", key), mean("bare", key)
-        lines.append(f"| CPU s per task: {key[4:]} | {h / result['tickets'] * 1000:.1f} ms | "
-                     f"{b / result['tickets'] * 1000:.1f} ms | |")
+        lines.append(cpu_row(key))
     if "context_switches" in result["rounds"]["harness"][0]:
-        h, b = mean("harness", "context_switches"), mean("bare", "context_switches")
-        lines.append(f"| thread switches per task: load (client + worker) | {h / result['tickets']:.0f} | "
-                     f"{b / result['tickets']:.0f} | |")
+        lines.append(row("thread switches per task: load (client + worker)",
+                         lambda side: f"{mean(side, 'context_switches') / ticket:.0f}"))
     if "stolen" in result["rounds"]["harness"][0]:
-        lines.append(f"| host CPU stolen by other guests during the rounds | {mean('harness', 'stolen'):.0%} | "
-                     f"{mean('bare', 'stolen'):.0%} | |")
+        lines.append(row("host CPU stolen by other guests during the rounds",
+                         lambda side: f"{mean(side, 'stolen'):.0%}"))
     lines += attempts.rows(honest(result))
     if result["notices"]:
         lines += ["", "The worker's first lines about attempts timed out while running:", "",
@@ -600,9 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encrypted", action="store_true",
                         help=ENCRYPTED_HELP)
     parser.add_argument("--bare-io", action="store_true",
-                        help="the bare side's steps make a ticket's four provider requests (three lists of the "
-                             "payment's refunds and a refund) through the same client, on orders of their own: "
-                             "what the provider's I/O alone costs beside the harness")
+                        help="a third side: bare Temporal whose steps make a ticket's four provider requests (three "
+                             "lists of the payment's refunds and a refund) through the same client, on orders of "
+                             "their own: what the provider's I/O alone costs, beside the harness in the same run")
     parser.add_argument("--gc-threshold", type=int, default=0,
                         help="this gen0 threshold (Python's default: 700)")
     parser.add_argument("--profile", action="store_true",

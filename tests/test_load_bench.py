@@ -158,16 +158,24 @@ def test_bare_io_refuses_a_ticket_of_another_shape():
 
 
 def test_bare_io_makes_a_tickets_provider_requests_on_orders_of_its_own():
-    """`--bare-io`: every bare task refunded its own order once at the provider (read back after the
-    rounds), through requests the harness's localstripe CPU row shows for the bare side too."""
+    """`--bare-io`: a third side, beside the harness and plain bare Temporal in the same run, whose every task
+    refunded its own order once at the provider (read back after the rounds)."""
     command = [sys.executable, "-m", "devstack.load", "--tickets", "6", "--latency", "2", "--rounds", "2",
                "--bare-io", "--json"]
     run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(run.stdout[run.stdout.index("\n{") + 1:])
+    assert list(result["rounds"]) == ["harness", "bare", "bare-io"]
     tasks = 2 * (3 + 1) + 2 * 6  # 2 latency blocks (split(2, 3)) of 3 unmeasured tasks and 1; 2 rounds of 6
     assert result["bare_refunds"] == [1] * tasks
+    for side, tally in result["honesty"].items():
+        assert tally["tasks"] == tasks and tally["live_timed_out"] == 0 and not tally["escalations"], (side, tally)
     # A process's CPU is read in whole clock ticks (10 ms), about a round's 24 requests here: summed over both
-    assert sum(r["cpu:localstripe"] for r in result["rounds"]["bare"]) > 0
-    assert all(r[f"cpu:load, of it on {THREAD_GROUPS['asyncio_']}"] > 0 for r in result["rounds"]["bare"])
-    assert "| | harness | bare Temporal + the ticket's provider requests | harness / bare |" in report(result)
+    assert sum(r["cpu:localstripe"] for r in result["rounds"]["bare-io"]) > 0
+    tools = {side: sum(r[f"cpu:load, of it on {THREAD_GROUPS['asyncio_']}"] for r in result["rounds"][side])
+             for side in ("bare", "bare-io")}
+    assert tools["bare-io"] > tools["bare"], tools  # plain bare's steps make no blocking call
+    text = report(result)
+    assert ("| | harness | bare Temporal | bare Temporal + the ticket's provider requests | harness / bare | "
+            "harness / bare-io | bare-io / bare |") in text
+    assert text.count("| throughput, tasks/s |") == 1
