@@ -19,10 +19,10 @@ Stripe edge in dedupe mode with no faults) it runs:
 
 Every side's worker gets `worker.worker_options` (the settings' slots: admission control), and
 `--worker-option` over it. `--server-config` sets the dev server's dynamic config over the stack's
-(`SERVER_PRAGMAS` in devstack/processes.py), for both sides alike.
+(`SERVER_PRAGMAS` in devstack/processes.py), for every side alike.
 
 Throughput: N tasks started at once, from the first start to the last result (tasks/s and
-activities/s); `--rounds` alternates which side goes first and the figures are the mean.
+activities/s); `--rounds` rotates which side goes first and the figures are the mean.
 Latency: single tasks one after another, from start to result, p50/p99 (nearest rank), in three
 blocks per side that alternate which side goes first (each block after a short warm-up of its freshly
 started worker). Each side's worker runs in this process, alone while measured, with the same
