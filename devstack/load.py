@@ -513,7 +513,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.gc_threshold:
         shown["gc"] = f"gen0 threshold {args.gc_threshold}"
     return {"options": {k: str(v) for k, v in shown.items()}, "slots": slots_described(settings, options),
-            "bare_io": args.bare_io, "bare_refunds": bare_refunds,
+            "bare_refunds": bare_refunds,
             "threads": args.threads, "encrypted": args.encrypted,
             "compressed": args.encrypted and settings.payload_compression,
             "honesty": {side: tally.as_dict() for side, tally in honesty.items()},
