@@ -26,7 +26,7 @@ test: lint types $(CHROMIUM) $(COMPOSE)
 # The loop for every commit (under two minutes): lint, types, the replay of the recorded histories,
 # the gate's property tests and the unit tests that need no server.
 CHECK_TESTS := tests/test_replay.py tests/test_db.py tests/test_render.py tests/test_redact.py tests/test_keys.py \
-  tests/test_decision_nonces.py tests/test_codec.py tests/test_packaging.py tests/test_bytecode.py \
+  tests/test_decision_nonces.py tests/test_codec.py tests/test_targets.py tests/test_packaging.py tests/test_bytecode.py \
   tests/test_localstripe_server.py tests/test_liveness.py tests/test_http_session.py tests/test_ports.py \
   tests/test_bad_input.py::test_any_call_gets_a_structured_answer \
   tests/test_bad_input.py::test_a_refund_call_is_valid_only_with_positive_integer_cents_and_known_fields \

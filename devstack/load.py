@@ -1,6 +1,6 @@
 """Load: the harness beside a bare Temporal workflow, on the same server, in one run.
 
-    python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--profile [--profile-side bare]]
+    python -m devstack.load [--tickets 300] [--latency 30] [--rounds 2] [--profile [--profile-side bare|bare-io]]
         [--bare-io] [--worker-option NAME=VALUE ...] [--server-config KEY=VALUE ...]
 
 On a fresh local stack (Temporal dev server with the project's pragmas, localstripe behind the
@@ -28,7 +28,7 @@ blocks per side that alternate which side goes first (each block after a short w
 started worker). Each side's worker runs in this process, alone while measured, with the same
 options; the CPU seconds of the Temporal server, localstripe and this process during each
 throughput phase show where the time goes. `--profile` runs one more round (of the harness, or of
-bare Temporal with `--profile-side bare`) sampled by py-spy (devstack/profile.py) and prints where
+`--profile-side`'s) sampled by py-spy (devstack/profile.py) and prints where
 this process's Python CPU went.
 
 Honesty: after the rounds, every task's history of each side is read (devstack/attempts.py) for the
@@ -68,7 +68,7 @@ from activities.payments import StripeGateway
 from activities.records import Records
 from client import start_task
 from core.models import TaskResult
-from devstack import attempts
+from devstack import attempts, targets
 from devstack.bench_bare import BARE_ACTIVITY, BARE_IO_ACTIVITY, BareTaskWorkflow
 from devstack.profile import Profile, sampled
 from devstack.scenarios import batch_order, batch_ticket
@@ -582,7 +582,13 @@ def report(result: dict[str, Any]) -> str:
     if "stolen" in result["rounds"]["harness"][0]:
         lines.append(row("host CPU stolen by other guests during the rounds",
                          lambda side: f"{mean(side, 'stolen'):.0%}"))
-    lines += attempts.rows(honest(result))
+    tallies = honest(result)
+    lines += attempts.rows(tallies)
+    lines += ["", "What the run is read against (devstack/targets.py):", "", *targets.rows(targets.load_targets(
+        {side: mean(side, "tasks_per_s") for side in sides},
+        {side: mean(side, "cpu:load (client + worker)") for side in sides}, {side: lat(side, 50) for side in sides},
+        {side: tally.live_timed_out for side, tally in tallies.items()},
+        {side: sum(tally.escalations.values()) for side, tally in tallies.items()}))]
     if result["notices"]:
         lines += ["", "The worker's first lines about attempts timed out while running:", "",
                   *(f"    {line}" for line in result["notices"])]
@@ -630,13 +636,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="after the measured rounds, one more round sampled by py-spy: where the "
                              "worker's Python CPU goes, by library and by function")
-    parser.add_argument("--profile-side", choices=("harness", "bare"), default="harness",
-                        help="with --profile: which side's extra round is sampled (bare: to set a profile beside)")
+    parser.add_argument("--profile-side", choices=("harness", "bare", BARE_IO), default="harness",
+                        help="with --profile: which side's extra round is sampled (bare, or bare-io with --bare-io: "
+                             "to set a profile beside)")
     parser.add_argument("--profile-out", type=Path, metavar="FILE",
                         help="with --profile: keep py-spy's raw stacks here (collapsed format, for a flame graph)")
     add_server_config_option(parser)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.profile_side == BARE_IO and not args.bare_io:
+        raise SystemExit("python -m devstack.load: --profile-side bare-io needs --bare-io")
     result = asyncio.run(run(args))
     print()
     print(json.dumps(result, indent=1) if args.json else report(result))

@@ -64,7 +64,7 @@ from core.domain import Item, Order
 from core.kinds import TaskKind
 from core.models import TaskInput
 from core.names import STATUS_ATTR
-from devstack import attempts
+from devstack import attempts, targets
 from devstack.bench_bare import BareTaskWorkflow
 from devstack.edge_control import EdgeControl
 from devstack.load import ENCRYPTED_HELP, bare_client, cpu_seconds, host_ticks, payloads_described, stolen_share
@@ -396,6 +396,14 @@ def report(r: dict[str, Any]) -> str:
     lines += [f"| garbage collections that held the worker over {GC_PAUSE_SAID} s: count, longest, over {fatal:.1f} s"
               " | " + " | ".join(f"{len(p)}, {max(p, default=0):.2f} s, {sum(x > fatal for x in p)}" for p in pauses)
               + " |"]
+    world = r["world"]
+    lines += ["", "What the week is read against (devstack/targets.py):", "", *targets.rows(targets.week_targets(
+        r["seconds"], r["bare_seconds"], {side: tally.live_timed_out for side, tally in sides.items()},
+        sum(sum(causes.values()) for kind, causes in r["escalations_by_kind"].items() if kind not in MAY_ESCALATE),
+        {"items": world["items paid twice (refunds above the price)"],
+         "orders": world["orders refunded beyond what was paid"],
+         "intent keys": world["provider refunds per intent key above one"]},
+        world["lost (not completed, dead-lettered or waiting)"]))]
     if r["notices"]:
         lines += ["", "The worker's first lines about attempts timed out while running:", "",
                   *(f"    {line}" for line in r["notices"])]

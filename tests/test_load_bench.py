@@ -141,6 +141,10 @@ def test_a_small_load_run_measures_both_sides_and_finds_nothing_timed_out_or_esc
     text = report(result)
     assert f"harness payloads {described};" in text
     assert f"| CPU s per task: load, of it on {THREAD_GROUPS['asyncio_']} |" in text
+    # read against its targets: what the histories showed above, as the report says it
+    assert "| live attempts timed out | 0 | harness 0 / bare 0 | met |" in text
+    assert "| escalations to a person (no fault is injected) | 0 | harness 0 / bare 0 | met |" in text
+    assert "| throughput, harness / bare | >= 95% |" in text
 
 
 def test_the_harness_payloads_are_compressed_as_the_settings_say():
@@ -179,3 +183,10 @@ def test_bare_io_makes_a_tickets_provider_requests_on_orders_of_its_own():
     assert ("| | harness | bare Temporal | bare Temporal + the ticket's provider requests | harness / bare | "
             "harness / bare-io | bare-io / bare |") in text
     assert text.count("| throughput, tasks/s |") == 1
+
+
+def test_profiling_the_bare_io_side_without_it_is_one_line_and_no_run():
+    command = [sys.executable, "-m", "devstack.load", "--profile", "--profile-side", "bare-io"]
+    run = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and run.stdout == ""
+    assert run.stderr.splitlines() == ["python -m devstack.load: --profile-side bare-io needs --bare-io"]

@@ -40,4 +40,8 @@ def test_a_small_week_pays_once_loses_nothing_and_stores_what_it_was_told(encryp
     assert all(cpu[side]["worker"] > 0 and cpu[side]["Temporal server"] > 0 for side in ("harness", "bare"))
     assert cpu["harness"]["worker's liveness keeper"] > 0 and cpu["harness"]["localstripe"] > 0
     assert "| CPU a ticket, worker, harness / bare |" in report(result)
+    # read against its targets: what the provider and the histories showed above, as the report says it
+    assert "| paid twice | 0 | items 0 / orders 0 / intent keys 0 | met |" in report(result)
+    assert "| tickets lost | 0 | harness 0 | met |" in report(result)
+    assert "| live attempts timed out | 0 | harness 0 / bare 0 | met |" in report(result)
     assert f"the tickets' payloads {'encrypted and compressed' if encrypted else 'not encrypted'};" in report(result)
