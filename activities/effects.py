@@ -464,14 +464,17 @@ class Effects:
                                     "resource": claim.resource})
 
     def _external(self, records: list[ProviderEffect]) -> dict[str, int]:
-        """Amounts the provider holds under no live intent of ours: they use up the budgets too."""
-        live = self._ledger.live_keys([r.intent_key for r in records if r.intent_key])
+        """Amounts the provider holds that no live hold of ours counts: they use up the budgets too. By
+        resource: an intent performed with no hold on it (it landed after it was settled not performed,
+        whose holds went back) is counted from the provider's record, as a refund made elsewhere is."""
+        held = self._ledger.live_holds([r.intent_key for r in records if r.intent_key])
         external: dict[str, int] = {}
         for record in records:
-            if record.intent_key in live or record.status not in ("succeeded", "pending"):
+            if record.status not in ("succeeded", "pending"):
                 continue
             for resource in record.resources:
-                external[resource] = external.get(resource, 0) + record.amount_cents
+                if (record.intent_key, resource) not in held:
+                    external[resource] = external.get(resource, 0) + record.amount_cents
         return external
 
 

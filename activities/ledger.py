@@ -492,16 +492,20 @@ class EffectLedger:
             rows = conn.execute("SELECT * FROM effects WHERE provider_ref = :ref", {"ref": provider_ref}).fetchall()
         return [Effect.from_row(r) for r in rows]
 
-    def live_keys(self, keys: list[str]) -> set[str]:
-        """Which of these keys hold amounts in the ledger (intent, performed or unknown)."""
+    def live_holds(self, keys: list[str]) -> set[tuple[str, str]]:
+        """Which of these keys hold an amount against which resource in the ledger: (intent key, resource)
+        of every hold whose intent is live (intent, performed or unknown). An intent found performed after
+        it was settled not performed (a late landing) is live and holds nothing: its provider record is
+        counted by no hold, so the budget must count it from the provider's records."""
         if not keys:
             return set()
         with self._db.connect() as conn:
             rows = conn.execute(
-                f"SELECT intent_key FROM effects WHERE status IN {_LIVE_SQL}"
-                " AND intent_key IN (" + ", ".join(f":k{i}" for i in range(len(keys))) + ")",
+                "SELECT h.intent_key, h.resource FROM holds h JOIN effects e ON e.intent_key = h.intent_key"
+                f" WHERE e.status IN {_LIVE_SQL} AND h.intent_key IN ("
+                + ", ".join(f":k{i}" for i in range(len(keys))) + ")",
                 {f"k{i}": key for i, key in enumerate(keys)}).fetchall()
-        return {r["intent_key"] for r in rows}
+        return {(r["intent_key"], r["resource"]) for r in rows}
 
     def all(self) -> list[Effect]:
         with self._db.connect() as conn:

@@ -20,7 +20,7 @@ from activities.tools import ToolActivities
 from activities.world import World
 from core.authority import Ceilings
 from core.keys import derive_intent_key
-from core.models import Outcome, ToolInput
+from core.models import Outcome, SettleInput, ToolInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl
 from infra.settings import Settings
@@ -102,3 +102,60 @@ def test_a_request_that_may_have_left_is_never_sent_again_at_a_provider_ignoring
     row = ledger.get(call.intent_key or "")
     assert row.status == "unknown" and row.detail["reason"] == "may_land_late"
     assert not ledger.performed(held.effect, "re_stale", 4500, {}), "the paused attempt's write changes nothing"
+
+
+def _second_ticket(call: ToolInput) -> ToolInput:
+    """Another ticket about the same item: the same arguments, its own task and so its own intent key."""
+    spec = REGISTRY["issue_refund"]
+    key = derive_intent_key(spec.name, spec.key_fields, call.arguments, {"task_id": "refund-lease-b"})
+    return call.model_copy(update={"task_id": "refund-lease-b", "intent_key": key})
+
+
+def _lands_late(world: World, call: ToolInput) -> None:
+    """The paused holder's request reaches the provider after all."""
+    payment = world.records.order("ORD-8841").payment_intent_id
+    world.gateway.refund(payment, 4500, call.intent_key or "",
+                         {"task_id": call.task_id, "order_id": "ORD-8841", "item_id": "kettle-01"})
+
+
+def test_a_refund_that_lands_after_a_person_said_not_performed_still_uses_up_its_item(
+        settings: Settings, world: World, edge: EdgeControl):
+    """A person marks a refund not performed once its horizon has passed with nothing at the provider, which
+    gives its amounts back; the request lands later than the provider promised and the ticket's next ask
+    finds it performed. The item is used up again: a second ticket about it sends nothing."""
+    tools, ledger, call = _setup(settings, world, edge)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect)
+    _passes(settings, call, "lease_until = 0, horizon")
+    assert attempt(2).run(tools._issue_refund, call).reason == "may_land_late"
+    said = attempt(3).run(tools._record_human_decision, SettleInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments,
+        status="not_performed", decided_by="ops@example.com"))
+    assert said.applied, said
+
+    _lands_late(world, call)
+    again = attempt(4).run(tools._issue_refund, call)
+    assert again.outcome is Outcome.ALREADY_PERFORMED, again
+    assert ledger.get(call.intent_key or "").status == "performed"
+
+    other = attempt(1).run(tools._issue_refund, _second_ticket(call))
+    assert other.outcome is not Outcome.PERFORMED, other
+    assert [r["amount_cents"] for r in world.refunds("ORD-8841")] == [4500], "the item was refunded once"
+
+
+def test_a_refund_a_person_marks_performed_with_no_claim_of_ours_uses_up_its_item(
+        settings: Settings, world: World, edge: EdgeControl):
+    """The provider holds a refund under a ticket's intent key that the ledger never claimed (a request
+    made before the ledger knew it, recorded by a person): it uses up its item for every other ticket."""
+    tools, ledger, call = _setup(settings, world, edge)
+    _lands_late(world, call)
+    ref = world.refunds("ORD-8841")[0]["id"]
+    said = attempt(1).run(tools._record_human_decision, SettleInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments,
+        status="performed", provider_ref=ref, decided_by="ops@example.com"))
+    assert said.applied, said
+    assert ledger.get(call.intent_key or "").status == "performed"
+
+    other = attempt(1).run(tools._issue_refund, _second_ticket(call))
+    assert other.outcome is not Outcome.PERFORMED, other
+    assert [r["amount_cents"] for r in world.refunds("ORD-8841")] == [4500], "the item was refunded once"
