@@ -198,6 +198,37 @@ async def test_an_answer_the_provider_contradicts_is_refused_and_the_refund_stan
     assert_ledger_equals_provider(world, "SU-88421")
 
 
+async def test_a_question_carried_into_a_new_run_that_the_world_settles_is_withdrawn(
+    client: Client, fast: Settings, world: World, edge: EdgeControl,
+):
+    """The refund landed and its answer was lost while the refunds could not be listed: a person is asked.
+    The provider becomes readable and, before the task reads it again (a processing window later), a
+    junk signal rolls the wait over into a new run, which reads the world first and finds the refund.
+    Nobody is needed any more: the question is withdrawn (the person is told, nothing waits), not left
+    standing for a decision that would apply to the task's next question."""
+    slow_recheck = fast.model_copy(update={"stripe_processing_window_seconds": 20.0})
+    edge.configure("passthrough", LANDED_UNREADABLE)
+    async with running_worker(client, slow_recheck):
+        task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 200_000})
+        handle = await start(client, slow_recheck, task)
+        asked = await waiting(handle)
+        assert asked.waiting_for.reason == "unknown_outcome" and asked.runs == 1, asked.waiting_for
+        edge.configure("passthrough")
+        await handle.signal("resolve", "x" * 300_000)
+        result = await finished(handle)
+    cp = result.checkpoint
+    assert cp.runs == 2, "the question was taken up by a new run"
+    assert result.state == "completed" and cp.waiting_for is None and cp.escalations == 1, cp.waiting_for
+    [refund] = world.refunds("SU-88421")
+    step = cp.steps["issue_refund"]
+    assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"], step.trail
+    with Database(fast.agent_db_path).connect() as conn:
+        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
+                                                 {"task": handle.id}).fetchall()]
+    assert kinds == ["escalation", "escalation_withdrawn"], kinds
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
 def readable_as_asked(settings: Settings, edge: EdgeControl) -> list:
     """The activities that deliver an escalation's alert, each first making the provider readable (the
     refund that landed can be listed from then on): the world settles at the worst moment, after the

@@ -323,7 +323,11 @@ class Agent:
         # From here a handler schedules nothing: one that started an activity in the activation that
         # continues as new would put a command after the run's last (seen under a flood of signals).
         self._rolling = self._quiet_rollover
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        # A `decide` Update applied while the handlers finish is a handler that waits for its answer: since
+        # _DECIDED_WHILE_ROLLING the run acts on it at once instead of waiting for it (which never ended).
+        acts_at_once = workflow.patched(_DECIDED_WHILE_ROLLING)
+        await workflow.wait_condition(
+            lambda: workflow.all_handlers_finished() or (acts_at_once and self._decision is not None))
         if self._decision is not None:  # a decision was applied while the handlers finished: act on it here
             self._rolling = False
             return
@@ -380,9 +384,12 @@ class Agent:
         carried = self._checkpoint.waiting_for
         reason: EscalationReason | None
         result: ToolResult | Refused | None  # the tool's answer, or a decision's (`_ACTIONS`)
+        # The previous run continued as new while this call waited: the same question, not a new run of it.
+        # Since _CARRIED_QUESTION it is withdrawn when the world settles it.
+        resumed = False
         if self._boundary and carried is not None and carried.intent_key == call.decision_key:
-            # The previous run continued as new while this call waited: the same question, not a new run of it.
             reason, detail = carried.reason, carried.detail
+            resumed = workflow.patched(_CARRIED_QUESTION)
         else:
             reason, detail = self._needs_human_first(task, call)
         ran = False
@@ -405,6 +412,10 @@ class Agent:
                     world = await self._read_world(task, call)
                 settled = self._settled_by(world, call, not_done_settles)
                 if settled is not None:
+                    if resumed and self._asked_already(question):  # asked in the run before: nobody is needed now
+                        self._checkpoint.waiting_for = None
+                        self._set_state("running")
+                        self._withdraw(call, reason, settled)
                     return settled
             watcher = None
             if world is not None and world.status == "unknown" and world.recheck_seconds \
@@ -417,10 +428,7 @@ class Agent:
                 self._withdrawn = None  # a decision and the world in one workflow task: the decision is checked
             else:  # the world settled the call while a person was asked: nobody is needed any more
                 withdrawn, self._withdrawn = cast(ToolResult, self._withdrawn), None
-                call.step.trail.append(f"world: {withdrawn.message}"[:500])
-                self._alerts.append(asyncio.ensure_future(self._alert(
-                    "escalation_withdrawn", reason, call.decision_key,
-                    f"{call.spec.name} no longer waits for a human: {withdrawn.message}"[:1000])))
+                self._withdraw(call, reason, withdrawn)
                 return withdrawn
             if self._boundary and call.key is not None:
                 checked = await self._check_against_world(task, call, decision, reason)
@@ -439,6 +447,13 @@ class Agent:
             if result is not None:
                 return result
             reason, ran = None, False
+
+    def _withdraw(self, call: GateCall, reason: EscalationReason, settled: ToolResult) -> None:
+        """The world settled a call a person was asked about: the trail says so and the person is told."""
+        call.step.trail.append(f"world: {settled.message}"[:500])
+        self._alerts.append(asyncio.ensure_future(self._alert(
+            "escalation_withdrawn", reason, call.decision_key,
+            f"{call.spec.name} no longer waits for a human: {settled.message}"[:1000])))
 
     async def _read_world(self, task: TaskInput, call: GateCall) -> IntentView:
         """The ledger and the provider on this call's intent. A request that may still land is waited
@@ -973,6 +988,14 @@ _ASK_AFTER_READING = "ask-after-reading"
 # Since this change a task waiting for a person on an unknown outcome reads the world again now and then,
 # and goes on without the person once it shows the outcome (`_recheck`).
 _RECHECK_WHILE_ASKED = "recheck-while-asked"
+# Since this change a question carried into a new run is withdrawn (waiting_for cleared, the person told) when
+# the world settles it; before, it stood, and a decision on it was kept for the task's next question. Checked
+# only where a carried question is taken up: other runs record no marker for it.
+_CARRIED_QUESTION = "carried-question-settled"
+# Since this change a run continuing as new acts on a decision a `decide` Update applied while the handlers
+# finished; before, the run waited for that handler, which waited for the decision's answer. Checked only when
+# a run continues as new.
+_DECIDED_WHILE_ROLLING = "decided-while-rolling"
 _RECHECK_AT_MOST = 3600.0  # seconds between two reads of the world while a person is asked
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)
 _MESSAGE_OVERHEAD_BYTES = 512  # an event's own fields beside the payload
