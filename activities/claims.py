@@ -14,7 +14,11 @@ model's words.
                     holds the task's gate: no message of the task runs until it is decided.)
                     With no intent of the task in scope, refunds the provider holds naming the task are
                     issued: the provider is the record of money moved.
-    not_issued      no intent in scope is live and the provider holds no refund of the task in scope
+    not_issued      no intent in scope is live, no other task's refund of the order (item) is in flight or
+                    in doubt, and the provider holds no refund of the order (item)
+
+    With no intent of the task in scope, another task's refund of the order (item) decides: issued when
+    the provider holds it, pending_review while it is in flight or in doubt.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, describe
+from activities.ledger import item_resource, order_resource
 from activities.payments import StripeGateway, intent_key_of, metadata_of
 from activities.records import InvoiceRecord, OrderRecord
 from core.claims import Paid, PaymentStatus, Refunded, RefundStatus
@@ -120,14 +125,32 @@ def refund_truth(db: Database, task_id: str, order: Order, item_id: str | None,
     if performed:
         refunded = [Refunded(r["item_id"], r["amount_cents"], currency, r["provider_ref"]) for r in performed]
         return RefundTruth("issued", f"the ledger and the provider hold {shown}", refunded, rows)
-    earlier = [p for p in provider if p.status in ("succeeded", "pending") and item_id is not None
-               and p.item_id == item_id]
+    scope = item_id or f"order {order_id}"
+    others = _in_flight_elsewhere(db, task_id, order_id, item_id)
+    if others:  # another ticket's refund of it may land any moment, or a person decides it
+        return RefundTruth("pending_review", f"the ledger holds {shown}; another task's refund of {scope} is in "
+                                             f"flight or in doubt ({', '.join(others)})", rows=rows)
+    earlier = [p for p in provider
+               if p.status in ("succeeded", "pending") and (item_id is None or p.item_id == item_id)]
     if earlier:  # refunded before this task (another ticket): its call was answered already_performed
-        refunded = [Refunded(item_id, p.amount_cents, currency, p.ref) for p in earlier]
-        return RefundTruth("issued", f"the provider holds {', '.join(p.ref for p in earlier)} for {item_id}, "
+        refunded = [Refunded(p.item_id, p.amount_cents, currency, p.ref) for p in earlier]
+        return RefundTruth("issued", f"the provider holds {', '.join(p.ref for p in earlier)} for {scope}, "
                                      f"refunded before this task", refunded, rows)
-    return RefundTruth("not_issued", f"the ledger holds {shown} and the provider holds no refund of this task",
+    return RefundTruth("not_issued", f"the ledger holds {shown} and the provider holds no refund of {scope}",
                        rows=rows)
+
+
+def _in_flight_elsewhere(db: Database, task_id: str, order_id: str, item_id: str | None) -> list[str]:
+    """Other tasks' refund intents on the order (or the item) that are in flight or in doubt: what the
+    provider does not show yet may land, so nobody may be told there is no refund."""
+    resource = item_resource(order_id, item_id) if item_id else order_resource(order_id)
+    with db.connect() as conn:
+        found = conn.execute(
+            "SELECT e.task_id, e.status FROM holds h JOIN effects e ON e.intent_key = h.intent_key"
+            " WHERE h.resource = :resource AND e.tool = 'issue_refund' AND e.task_id != :task"
+            " AND e.status IN ('intent', 'unknown') ORDER BY e.created_at",
+            {"resource": resource, "task": task_id}).fetchall()
+    return [f"{r['task_id']}: {r['status']}" for r in found]
 
 
 def refund_records(db: Database, gateway: StripeGateway, task_id: str, record: OrderRecord,

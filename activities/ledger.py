@@ -69,6 +69,19 @@ class Effect:
         )
 
 
+def item_resource(order_id: str, item_id: str) -> str:
+    """The budget of one item of an order: its price, refunded at most once over."""
+    return f"item:{order_id}/{item_id}"
+
+
+def order_resource(order_id: str) -> str:
+    return f"order:{order_id}"
+
+
+def invoice_resource(invoice_id: str) -> str:
+    return f"invoice:{invoice_id}"
+
+
 @dataclass(frozen=True)
 class Hold:
     """An intent's amount reserved against one business resource, e.g. `item:ORD-8841/mugs-02`."""

@@ -19,7 +19,7 @@ from activities.claims import Truth, payment_records, refund_records
 from activities.db import Database
 from activities.effects import PROVIDER_ERRORS, Ask, Attempt, Effects, Intent, ProviderEffect, ProviderTerms, describe
 from activities.faults import crash_point
-from activities.ledger import EffectLedger, Hold
+from activities.ledger import EffectLedger, Hold, invoice_resource, item_resource, order_resource
 from activities.payments import KEY_FIELD, StripeGateway, intent_key_of, metadata_of
 from activities.records import (
     MessageLimits,
@@ -82,18 +82,6 @@ def tool_activities(implementation: object) -> list[Callable[..., Any]]:
     found = {getattr(m, _TOOL): m for m in (getattr(implementation, n) for n in dir(type(implementation)))
              if callable(m) and hasattr(m, _TOOL)}
     return [found[name] for name in REGISTRY if name in found]
-
-
-def item_resource(order_id: str, item_id: str) -> str:
-    return f"item:{order_id}/{item_id}"
-
-
-def order_resource(order_id: str) -> str:
-    return f"order:{order_id}"
-
-
-def invoice_resource(invoice_id: str) -> str:
-    return f"invoice:{invoice_id}"
 
 
 @dataclass(frozen=True)
