@@ -14,7 +14,8 @@ A request may leave only before its attempt's send-by time (`send_before`): a wo
 paused between its ledger claim and its request and wakes up late sends nothing, so the next
 attempt can rely on the previous holder's settle horizon (activities/effects.py). The check runs
 in the HTTP connection itself, after the connection is open and immediately before the request's
-first bytes are written (`fenced_pool`): what is left between them is one function return.
+first bytes are written, and again before its body's (`fenced_pool`): what is left between the last
+check and the request's last byte is one function return.
 """
 
 from __future__ import annotations
@@ -62,10 +63,14 @@ def check_send_by(what: str, clock: Callable[[], float] = time.time) -> None:
 
 
 class _FencedHTTP(HTTPConnection):
-    """Checks the send-by time as the request's first bytes are written (http.client's endheaders)."""
+    """Checks the send-by time as the request's first bytes are written (http.client's endheaders), and
+    again before each write of its body: urllib3 writes the headers, then the body on its own, and a
+    request is whole (a provider acts on it) only with its body's last byte. A check that fails between
+    them raises NotSent; urllib3 then closes the connection, and the provider drops the half request."""
 
     def putrequest(self, method: str, url: str, *args: Any, **kwargs: Any) -> None:
         self._fenced_what = f"{method} {url.split('?')[0]}"
+        self._fenced_headers_sent = False
         super().putrequest(method, url, *args, **kwargs)
 
     def endheaders(self, message_body: Any = None, *, encode_chunked: bool = False) -> None:
@@ -73,6 +78,12 @@ class _FencedHTTP(HTTPConnection):
             self.connect()     # that the check is the last thing before the bytes, not before a connect
         check_send_by(getattr(self, "_fenced_what", "request"))
         super().endheaders(message_body, encode_chunked=encode_chunked)
+        self._fenced_headers_sent = True
+
+    def send(self, data: Any) -> None:
+        if getattr(self, "_fenced_headers_sent", False):  # the body, after the headers left
+            check_send_by(f"{getattr(self, '_fenced_what', 'request')}'s body")
+        super().send(data)
 
 
 class _FencedHTTPS(_FencedHTTP, HTTPSConnection):

@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+import urllib3
 from aiohttp import web
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from activities import payments
 from activities.asking import AskingActivities
 from activities.db import Database
 from activities.ledger import Claimed, EffectLedger, Hold, HumanWord, Request
@@ -427,6 +429,28 @@ def test_a_request_past_its_send_by_time_never_reaches_the_provider(settings: Se
         gateway.refund(record.payment_intent_id, 100, "on-time-key", {"order_id": "SU-88421"})
     assert refunds_of(world, "SU-88421") == [100]
 
+
+
+def test_a_request_paused_between_its_headers_and_its_body_never_reaches_the_provider(
+        settings: Settings, world: World, monkeypatch: pytest.MonkeyPatch):
+    """urllib3 writes a request's headers, then its body: a worker paused between the two (here its send-by
+    time passes right after the headers) writes no body, and the provider never acts on the half request."""
+    record = world.records.order("SU-88421")
+    gateway = StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, 5.0)
+    headers_only = urllib3.connection.HTTPConnection.endheaders
+
+    def then_paused(self: urllib3.connection.HTTPConnection, *args: object, **kwargs: object) -> None:
+        headers_only(self, *args, **kwargs)
+        payments._send_by.set(time.time() - 0.001)  # the pause outlasts the send-by time
+
+    monkeypatch.setattr(urllib3.connection.HTTPConnection, "endheaders", then_paused)
+    with send_before(time.time() + 30), pytest.raises(NotSent, match="body"):
+        gateway.refund(record.payment_intent_id, 100, "paused-key", {"order_id": "SU-88421"})
+    monkeypatch.undo()
+    assert refunds_of(world, "SU-88421") == []
+    with send_before(time.time() + 30):
+        gateway.refund(record.payment_intent_id, 100, "on-time-key", {"order_id": "SU-88421"})
+    assert refunds_of(world, "SU-88421") == [100], "the pool's next request goes out whole"
 
 
 def _question(call: ToolInput, key: str) -> AskInput:
