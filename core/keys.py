@@ -24,14 +24,18 @@ def derive_intent_key(
     arguments: dict[str, Any],
     context: dict[str, Any],
     occurrence: int = 1,
+    extras: tuple[str, ...] = (),
 ) -> str:
     """Key from the declared business fields, or from (task, tool, args, occurrence).
 
     `context` holds facts the model cannot choose (the task id). With no declared
     fields the whole canonical argument set plus the occurrence count is the intent.
+    `extras`: optional fields that are part of the intent when given (a message's money
+    status): a call without them keeps the key it always had.
     """
     if key_fields:
         facts = {name: context[name] if name in context else arguments[name] for name in key_fields}
+        facts.update({name: arguments[name] for name in extras if arguments.get(name) is not None})
     else:
         facts = {"task_id": context["task_id"], "arguments": arguments, "occurrence": occurrence}
     digest = hashlib.sha256(canonical_json({"tool": tool, **facts}).encode()).hexdigest()

@@ -156,6 +156,9 @@ class ToolSpec:
     key_fields: tuple[str, ...] = ()
     kinds: tuple[TaskKind, ...] = ()
     opt_in: bool = False
+    # Optional fields that make another intent when given: a message that says the refund was issued is
+    # not the one that said it was not, whatever its free text (core/keys.py).
+    key_extras: tuple[str, ...] = ()
 
     @property
     def needs_key(self) -> bool:
@@ -167,6 +170,8 @@ class ToolSpec:
 
 _TICKET, _REQUEST, _PAYMENT, _PICKUP = (TaskKind.REFUND_TICKET, TaskKind.REFUND_REQUEST,
                                        TaskKind.SUPPLIER_PAYMENT, TaskKind.RETURN_PICKUP)
+
+_REFUND_CLAIM = ("refund_status", "item_id")  # what a message to an order's party says of its refund
 
 # The order here is the order a kind offers its tools in.
 _SPECS = (
@@ -183,18 +188,21 @@ _SPECS = (
              "Write the confirmation note on an order (replaces any earlier note of this task).",
              ("task_id", "order_id"), (_REQUEST,)),
     ToolSpec("message_seller", ToolClass.IRREVERSIBLE, MessageSellerArgs,
-             "Message the order's seller.", ("task_id", "order_id", "message"), (_TICKET,)),
+             "Message the order's seller.", ("task_id", "order_id", "message"), (_TICKET,),
+             key_extras=_REFUND_CLAIM),
     ToolSpec("schedule_pickup", ToolClass.IRREVERSIBLE, SchedulePickupArgs,
              "Book a courier pickup of an item from the customer.", ("task_id", "order_id", "item_id"), (_TICKET,)),
     ToolSpec("book_courier", ToolClass.IRREVERSIBLE, BookCourierArgs,
              "Book the courier to collect a returned item from the customer (one pickup per item).",
              ("order_id", "item_id"), (_PICKUP,), opt_in=True),
     ToolSpec("notify_customer", ToolClass.IRREVERSIBLE, NotifyCustomerArgs,
-             "Email the order's customer.", ("task_id", "order_id", "message"), (_TICKET, _REQUEST, _PICKUP)),
+             "Email the order's customer.", ("task_id", "order_id", "message"), (_TICKET, _REQUEST, _PICKUP),
+             key_extras=_REFUND_CLAIM),
     ToolSpec("send_payment", ToolClass.MONEY, SendPaymentArgs,
              "Pay a supplier invoice.", ("invoice_id", "payee", "amount_cents"), (_PAYMENT,)),
     ToolSpec("send_email", ToolClass.IRREVERSIBLE, SendEmailArgs,
-             "Send an email.", ("task_id", "to", "subject", "body"), (_PAYMENT,)),
+             "Send an email.", ("task_id", "to", "subject", "body"), (_PAYMENT,),
+             key_extras=("payment_status", "invoice_id")),
     ToolSpec("escalate_to_human", ToolClass.IRREVERSIBLE, EscalateArgs,
              "Hand the task to a human operator, with the reason.", ("task_id", "reason"), tuple(TaskKind)),
 )

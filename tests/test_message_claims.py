@@ -16,7 +16,7 @@ from activities.world import World
 from core.claims import Paid, money_in_text, split_payment_statement, split_statement
 from core.domain import Invoice
 from core.kinds import TaskKind
-from core.models import TaskInput
+from core.models import Outcome, TaskInput
 from devstack.seed import seed_invoice
 from infra.settings import Settings
 from tests.helpers import finished, run, running_worker, start, waiting
@@ -180,3 +180,24 @@ async def test_a_remittance_email_states_the_payment_only_as_the_records_show_it
     text, statement = split_payment_statement(sent["body"])
     assert text == "Thank you for your work!"
     assert statement == ("paid", [Paid(42000, "usd", payment["id"])])
+
+
+async def test_a_message_whose_money_status_changed_is_sent_again_with_the_same_words(
+        client: Client, settings: Settings, world: World):
+    """The customer is told no refund was issued; the refund is then made, and the model tells them so in the
+    same words with refund_status issued. That is another message (its money status is part of its intent),
+    not the first one answered already_performed: the customer gets both, the second naming the refund."""
+    order = fresh_order(world, [("kettle", 4500)])
+    oid = order.order_id
+    words = "Thank you for your patience."
+    task = script(oid, "kettle", [notify(oid, words, refund_status="not_issued", item_id="kettle"),
+                                  refund_call(oid, "kettle", 4500),
+                                  notify(oid, words, refund_status="issued", item_id="kettle")], name="told-twice")
+    async with running_worker(client, settings):
+        result = await run(client, settings, task)
+    [refund] = world.refunds(oid)
+    bodies = [m["body"] for m in world.messages(task.task_id)]
+    assert [split_statement(b)[1][0] for b in bodies] == ["not_issued", "issued"], bodies
+    assert refund["id"] in bodies[1] and result.state == "completed"
+    steps = [s for s in result.checkpoint.steps.values() if s.tool == "notify_customer"]
+    assert [s.outcome for s in steps] == [Outcome.PERFORMED, Outcome.PERFORMED]

@@ -118,8 +118,10 @@ class Agent:
         self._decision: ResolveInput | None = None
         self._verifying = 0
         self._unusable = 0
-        # A run started since _ONE_MARKER has every change below it; only an older run asks for each.
-        self._current = workflow.patched(_ONE_MARKER)
+        # A run started since _FOLDED has every change below it, and one since _ONE_MARKER every change
+        # before that; only an older run asks for each. A new run records the one marker, _FOLDED's.
+        self._folded = workflow.patched(_FOLDED)
+        self._current = self._folded or workflow.patched(_ONE_MARKER)
         self._lean = self._since(_LEAN)
         self._boundary = self._since(_BOUNDARY)
         self._wait_attrs = self._since(_WAIT_ATTRIBUTES)
@@ -153,9 +155,14 @@ class Agent:
         self._updates = 0  # Updates received by this run: the server takes a bounded number per run
 
     def _since(self, change: str) -> bool:
-        """Whether this run has `change`: every run started since _ONE_MARKER has it (and records no marker
-        of its own for it); an older run has it when its history holds that change's marker."""
+        """Whether this run has `change` (one made before _ONE_MARKER): every run started since _ONE_MARKER
+        has it (and records no marker of its own for it); an older run has it when its history holds that
+        change's marker."""
         return self._current or workflow.patched(change)
+
+    def _since_folded(self, change: str) -> bool:
+        """As `_since`, for a change made between _ONE_MARKER and _FOLDED."""
+        return self._folded or workflow.patched(change)
 
     async def run(self, task: TaskInput) -> TaskResult:
         self._set_state("running")
@@ -325,7 +332,7 @@ class Agent:
         self._rolling = self._quiet_rollover
         # A `decide` Update applied while the handlers finish is a handler that waits for its answer: since
         # _DECIDED_WHILE_ROLLING the run acts on it at once instead of waiting for it (which never ended).
-        acts_at_once = workflow.patched(_DECIDED_WHILE_ROLLING)
+        acts_at_once = self._since_folded(_DECIDED_WHILE_ROLLING)
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() or (acts_at_once and self._decision is not None))
         if self._decision is not None:  # a decision was applied while the handlers finished: act on it here
@@ -359,8 +366,11 @@ class Agent:
 
         key = None
         if spec.needs_key:
+            # Since _FOLDED a message's money status is part of its intent; an older run keeps the keys it
+            # began with, so a message it sent is never sent again under a new key.
             key = derive_intent_key(spec.name, spec.key_fields, arguments, {"task_id": task.task_id},
-                                    occurrence=self._occurrence(spec, arguments))
+                                    occurrence=self._occurrence(spec, arguments),
+                                    extras=spec.key_extras if self._folded else ())
         target = GateCall(spec, arguments, key, key or f"call:{call_signature(spec.name, arguments)}",
                        self._step(spec.name, key, arguments))
 
@@ -389,7 +399,7 @@ class Agent:
         resumed = False
         if self._boundary and carried is not None and carried.intent_key == call.decision_key:
             reason, detail = carried.reason, carried.detail
-            resumed = workflow.patched(_CARRIED_QUESTION)
+            resumed = self._since_folded(_CARRIED_QUESTION)
         else:
             reason, detail = self._needs_human_first(task, call)
         ran = False
@@ -962,6 +972,12 @@ class Agent:
 # search attribute the SDK upserts beside it (a visibility write at the server): six of each per task before.
 # A later change gets its own marker as usual, until the next such fold.
 _ONE_MARKER = "one-marker-2026-12"
+# The second fold: a new run records this marker alone and takes every change before it, those checked with
+# `_since` and with `_since_folded`. Since it, a message's money status (refund_status, payment_status and
+# the item or invoice they speak of) is part of the message's intent key (`ToolSpec.key_extras`): a message
+# saying the refund was issued is sent after one that said it was not, whatever its free text. An older
+# run keeps its keys (no marker of its own: a change of keys mid-task would send a message twice).
+_FOLDED = "one-marker-2026-12-07"
 # Since this change the task's policy is a local activity and search attributes are upserted only
 # when they change; older histories hold an activity for the policy and an upsert per state change.
 _LEAN = "policy-local-upsert-changes"
