@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowHistory,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -22,7 +25,7 @@ from client.errors import ClientError
 from client.facts import check_facts
 from client.tickets import Ticket, TicketError
 from core.models import Checkpoint, DecisionReceipt, ResolveInput, TaskInput, TaskResult
-from core.names import WORKFLOW_NAME, starting_attributes
+from core.names import FOLD_MARKER, WORKFLOW_NAME, starting_attributes
 from infra import connection
 from infra.settings import Settings
 
@@ -201,6 +204,22 @@ async def decide(client: Client, decision: ResolveInput) -> DecisionReceipt:
     raise ClientError(f"decision not delivered: {decision.task_id} kept continuing as new; send it again")
 
 
+def began_since_fold(history: WorkflowHistory) -> bool:
+    """Whether a run began as a task does since the second fold (its history holds the fold's marker):
+    then its messages' money status is part of their intent keys, and its redrive must keep that."""
+    for event in history.events:
+        marker = event.marker_recorded_event_attributes
+        if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED or "patch-data" not in marker.details:
+            continue
+        for payload in marker.details["patch-data"].payloads:
+            try:
+                if json.loads(payload.data).get("id") == FOLD_MARKER:
+                    return True
+            except (ValueError, AttributeError):
+                continue
+    return False
+
+
 async def redrive(client: Client, settings: Settings, task_id: str, force: bool = False,
                   escalation_timeout_seconds: int | None = None) -> tuple[WorkflowHandle[Any, TaskResult],
                                                                           TaskInput, str]:
@@ -226,6 +245,8 @@ async def redrive(client: Client, settings: Settings, task_id: str, force: bool 
     started = history.events[0].workflow_execution_started_event_attributes
     [task] = await client.data_converter.decode(started.input.payloads, [TaskInput])
     update: dict[str, Any] = {"redrive_of": description.run_id}
+    if task.carry is None and task.status_in_message_keys is None:  # (a carry holds it in its checkpoint)
+        update["status_in_message_keys"] = began_since_fold(history)
     if escalation_timeout_seconds is not None:
         update["escalation_timeout_seconds"] = escalation_timeout_seconds
     task = task.model_copy(update=update)

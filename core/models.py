@@ -113,6 +113,9 @@ class TaskInput(Compact):
     max_asks_per_call: int = Field(default=3, gt=0, description="asks of one intent before a human decides")
     max_unusable_replies: int = Field(default=3, gt=0, description="replies in a row with no usable tool call")
     redrive_of: str | None = None
+    status_in_message_keys: bool | None = Field(
+        default=None, description="set by a redrive: whether the task began with messages' money status in their "
+                                  "intent keys (None: as the run decides)")
     window_messages: int = Field(default=40, ge=4, description="transcript messages sent to the model per turn")
     max_history_events: int = Field(default=4000, gt=0, description="continue as new past this many events")
     max_history_bytes: int = Field(default=1_500_000, gt=0, description="continue as new past this size")
@@ -395,6 +398,8 @@ class Checkpoint(Compact):
     runs: int = Field(default=1, description="runs of this task, counting continue-as-new")
     calls: dict[str, int] = Field(default_factory=dict, description="calls per tool, for step names")
     compacted_steps: int = Field(default=0, description="read steps dropped from view at continue-as-new")
+    status_in_message_keys: bool = Field(default=False, description="a message's money status is part of its "
+                                         "intent key: decided at the task's first run, kept for its life")
     updated_at: str | None = None
 
 

@@ -5,6 +5,9 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 DEFAULT_TASK_QUEUE = "agent-tasks"
 WORKFLOW_NAME = "AgentTask"
 MODEL_TURN_ACTIVITY = "model_turn"
+# The patch marker a run started since the second fold records (workflows/_agent.py `_FOLDED`); a redrive
+# reads it to give the new run the intent keys its task began with (client/tasks.py).
+FOLD_MARKER = "one-marker-2026-12-07"
 
 STATUS_ATTR = SearchAttributeKey.for_keyword("AgentStatus")
 SCENARIO_ATTR = SearchAttributeKey.for_keyword("AgentScenario")

@@ -52,7 +52,8 @@ def none(what: str, counts: Mapping[str, int]) -> Target:
 
 def load_targets(tasks_per_s: Mapping[str, float], worker_cpu: Mapping[str, float], p50: Mapping[str, float],
                  live_timed_out: Mapping[str, int], escalations: Mapping[str, int]) -> list[Target]:
-    """`make load`'s targets from each side's figures (harness and bare; other sides are not judged)."""
+    """`make load`'s targets from each side's figures: the ratios set the harness beside bare Temporal, the
+    counts are every side's."""
     return [at_least("throughput, harness / bare", tasks_per_s["harness"] / tasks_per_s["bare"], LOAD_THROUGHPUT_MIN),
             at_most("worker + client CPU a task, harness / bare", worker_cpu["harness"] / worker_cpu["bare"],
                     LOAD_WORKER_CPU_MAX),

@@ -13,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from client.tasks import began_since_fold
 from infra.sandbox import CompiledSandboxRunner
 from workflows import AgentTaskWorkflow
 
@@ -54,3 +55,10 @@ async def test_recorded_history_replays(path: Path):
 async def test_known_bad_history_is_rejected():
     with pytest.raises(NondeterminismError):
         await replayer().replay_workflow(load(HISTORIES / "known-bad" / "swapped-activity.json"))
+
+
+def test_a_redrive_knows_the_keys_its_task_began_with():
+    """A redrive starts a task again with the intent keys it began with: a run recorded since the second
+    fold has messages' money status in them, one recorded before has not (client/tasks.py)."""
+    assert all(began_since_fold(load(path)) for path in HISTORIES.glob("*.json"))
+    assert not any(began_since_fold(load(path)) for path in HISTORIES.glob("earlier/*/*.json"))

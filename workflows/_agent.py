@@ -138,6 +138,10 @@ class Agent:
         carry = task.carry
         if carry is None:
             self._checkpoint = Checkpoint(task_id=task.task_id, scenario=task.scenario)
+            # Keys are the task's, not a run's: a task begun since _FOLDED has messages' money status in them
+            # for its life (the checkpoint carries it), and a redrive keeps what its task began with.
+            if task.status_in_message_keys if task.status_in_message_keys is not None else self._folded:
+                self._checkpoint.status_in_message_keys = True
             self._journal: dict[str, ToolResult] = {}
             self._step_by_key: dict[str, str] = {}
             # The system prompt is the worker's: the model activity puts it first (activities/model.py).
@@ -366,11 +370,11 @@ class Agent:
 
         key = None
         if spec.needs_key:
-            # Since _FOLDED a message's money status is part of its intent; an older run keeps the keys it
-            # began with, so a message it sent is never sent again under a new key.
+            # A message's money status is part of its intent in a task begun since _FOLDED; an older task keeps
+            # the keys it began with, so a message it sent is never sent again under a new key.
+            extras = spec.key_extras if self._checkpoint.status_in_message_keys else ()
             key = derive_intent_key(spec.name, spec.key_fields, arguments, {"task_id": task.task_id},
-                                    occurrence=self._occurrence(spec, arguments),
-                                    extras=spec.key_extras if self._folded else ())
+                                    occurrence=self._occurrence(spec, arguments), extras=extras)
         target = GateCall(spec, arguments, key, key or f"call:{call_signature(spec.name, arguments)}",
                        self._step(spec.name, key, arguments))
 
@@ -973,11 +977,12 @@ class Agent:
 # A later change gets its own marker as usual, until the next such fold.
 _ONE_MARKER = "one-marker-2026-12"
 # The second fold: a new run records this marker alone and takes every change before it, those checked with
-# `_since` and with `_since_folded`. Since it, a message's money status (refund_status, payment_status and
-# the item or invoice they speak of) is part of the message's intent key (`ToolSpec.key_extras`): a message
-# saying the refund was issued is sent after one that said it was not, whatever its free text. An older
-# run keeps its keys (no marker of its own: a change of keys mid-task would send a message twice).
-_FOLDED = "one-marker-2026-12-07"
+# `_since` and with `_since_folded`. Since it, in a task begun by such a run, a message's money status
+# (refund_status, payment_status and the item or invoice they speak of) is part of the message's intent key
+# (`ToolSpec.key_extras`): a message saying the refund was issued is sent after one that said it was not,
+# whatever its free text. A task begun before keeps its keys in every later run, its continuations and its
+# redrives (`Checkpoint.status_in_message_keys`): a change of keys mid-task would send a message twice.
+_FOLDED = names.FOLD_MARKER
 # Since this change the task's policy is a local activity and search attributes are upserted only
 # when they change; older histories hold an activity for the policy and an upsert per state change.
 _LEAN = "policy-local-upsert-changes"
