@@ -63,7 +63,9 @@ async def start_task(client: Client, settings: Settings, task: TaskInput,
     """Start the task, or attach to it when a run with this id is going or has completed.
 
     A completed task is never run again by a plain start (redrive is explicit); a failed or
-    terminated one may be, and its intent keys make the done steps come back already_performed.
+    terminated one may be, and its intent keys make the done steps come back already_performed
+    (`start_ticket` and `redrive` give the new run the keys the task began with; a caller of this one
+    that starts a task again gives them itself, `keys_begun_with`).
     Approvers, ceilings and the escalation deadline are the worker's, not the starter's.
     """
     summary, details = describe_task(task, amount_cents)
@@ -99,19 +101,30 @@ async def start_ticket(client: Client, settings: Settings, ticket: Ticket) -> Wo
         task = ticket.task_input()
     except TicketError as err:
         raise ClientError(str(err)) from None
-    if not await _going_or_done(client, task.task_id):
+    status = await _status(client, task.task_id)
+    if status not in _GOING_OR_DONE:
         await check_facts(client, settings, task)
+        if status is not None:  # its run failed or was stopped: the new run keeps the intent keys the task began with
+            handle = client.get_workflow_handle(task.task_id)
+            history = await handle.fetch_history()
+            [earlier] = await client.data_converter.decode(
+                history.events[0].workflow_execution_started_event_attributes.input.payloads, [TaskInput])
+            task = task.model_copy(update={"status_in_message_keys": keys_begun_with(earlier, history)})
     return await start_task(client, settings, task, ticket.amount_cents())
 
 
-async def _going_or_done(client: Client, task_id: str) -> bool:
-    """A run of this id is going or completed: a start attaches to it, and its facts were checked when it began."""
+# A run of this id in one of these states is going or completed: a start attaches to it, and its facts were
+# checked when it began.
+_GOING_OR_DONE = (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED,
+                  WorkflowExecutionStatus.CONTINUED_AS_NEW)
+
+
+async def _status(client: Client, task_id: str) -> WorkflowExecutionStatus | None:
+    """The latest run's status, None when no run of this id exists."""
     try:
-        status = (await client.get_workflow_handle(task_id).describe()).status
+        return (await client.get_workflow_handle(task_id).describe()).status
     except RPCError:
-        return False
-    return status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED,
-                      WorkflowExecutionStatus.CONTINUED_AS_NEW)
+        return None
 
 
 @dataclass(frozen=True)
@@ -204,6 +217,17 @@ async def decide(client: Client, decision: ResolveInput) -> DecisionReceipt:
     raise ClientError(f"decision not delivered: {decision.task_id} kept continuing as new; send it again")
 
 
+def keys_begun_with(task: TaskInput, history: WorkflowHistory) -> bool:
+    """Whether the task of this run (its input, its history) has messages' money status in its intent keys,
+    which a new run of it must keep: as its input says, else as its carry's checkpoint says (a continued run
+    records the fold's marker whatever its task began with), else whether this first run recorded it."""
+    if task.status_in_message_keys is not None:
+        return task.status_in_message_keys
+    if task.carry is not None:
+        return task.carry.checkpoint.status_in_message_keys
+    return began_since_fold(history)
+
+
 def began_since_fold(history: WorkflowHistory) -> bool:
     """Whether a run began as a task does since the second fold (its history holds the fold's marker):
     then its messages' money status is part of their intent keys, and its redrive must keep that."""
@@ -245,8 +269,7 @@ async def redrive(client: Client, settings: Settings, task_id: str, force: bool 
     started = history.events[0].workflow_execution_started_event_attributes
     [task] = await client.data_converter.decode(started.input.payloads, [TaskInput])
     update: dict[str, Any] = {"redrive_of": description.run_id}
-    if task.carry is None and task.status_in_message_keys is None:  # (a carry holds it in its checkpoint)
-        update["status_in_message_keys"] = began_since_fold(history)
+    update["status_in_message_keys"] = keys_begun_with(task, history)
     if escalation_timeout_seconds is not None:
         update["escalation_timeout_seconds"] = escalation_timeout_seconds
     task = task.model_copy(update=update)

@@ -13,7 +13,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from client.tasks import began_since_fold
+from client.tasks import began_since_fold, keys_begun_with
+from core.keys import derive_intent_key
+from core.models import TaskInput, ToolInput
+from core.tools import REGISTRY
 from infra.sandbox import CompiledSandboxRunner
 from workflows import AgentTaskWorkflow
 
@@ -62,3 +65,26 @@ def test_a_redrive_knows_the_keys_its_task_began_with():
     fold has messages' money status in them, one recorded before has not (client/tasks.py)."""
     assert all(began_since_fold(load(path)) for path in HISTORIES.glob("*.json"))
     assert not any(began_since_fold(load(path)) for path in HISTORIES.glob("earlier/*/*.json"))
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[str(p.relative_to(HISTORIES).with_suffix("")) for p in CORPUS])
+async def test_every_recorded_intent_key_is_derived_as_its_task_derives_it(path: Path):
+    """The keys a run sent its tools are the ones the code derives for its task, from the call's business
+    facts and, in a task begun since the second fold, a message's money status (`keys_begun_with`): a key
+    derived otherwise on replay would not fail the replay, whose commands do not carry it."""
+    history = load(path)
+    started = history.events[0].workflow_execution_started_event_attributes
+    [task] = await pydantic_data_converter.decode(started.input.payloads, [TaskInput])
+    status_keys = keys_begun_with(task, history)
+    checked = 0
+    for event in history.events:
+        scheduled = event.activity_task_scheduled_event_attributes
+        spec = REGISTRY.get(scheduled.activity_type.name) if event.HasField("activity_task_scheduled_event_attributes") \
+            else None
+        if spec is None or not spec.needs_key:
+            continue
+        [call] = await pydantic_data_converter.decode(scheduled.input.payloads, [ToolInput])
+        assert call.intent_key == derive_intent_key(spec.name, spec.key_fields, call.arguments, {"task_id": task.task_id},
+                                                    extras=spec.key_extras if status_keys else ()), call
+        checked += 1
+    assert checked or "happy" not in path.name, "a happy path calls keyed tools"

@@ -14,19 +14,23 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
 
 from activities.db import Database
 from activities.payments import StripeGateway
 from activities.records import Records
 from activities.world import World
-from client import Ticket, start_ticket
+from client import Ticket, start_task, start_ticket
 from core.domain import Order
-from core.models import Checkpoint
+from core.models import Checkpoint, ModelReply, ModelTurnInput
+from core.names import MODEL_TURN_ACTIVITY
 from devstack.edge_control import EdgeControl
 from devstack.polling import poll_until
 from devstack.seed import seed_order
@@ -116,6 +120,41 @@ async def test_start_ticket_function_attaches_to_the_same_ticket(client: Client,
     assert first.id == second.id == f"ticket-{ticket.ticket_id}"
     assert result.state == "completed"
     assert len(world_of(settings).refunds(ticket.order.order_id)) == 1
+
+
+def held_model_turn() -> Callable[[ModelTurnInput], Awaitable[ModelReply]]:
+    """A model that never answers: the task's first run stays at its first turn."""
+    @activity.defn(name=MODEL_TURN_ACTIVITY)
+    async def model_turn(turn: ModelTurnInput) -> ModelReply:
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+    return model_turn
+
+
+async def workflow_task_done(handle: WorkflowHandle) -> bool:
+    return any([e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED async for e in handle.fetch_history_events()])
+
+
+@pytest.mark.parametrize("began_before_the_fold", [True, False])
+async def test_a_ticket_started_again_after_its_run_was_terminated_keeps_the_intent_keys_it_began_with(
+        client: Client, settings: Settings, began_before_the_fold: bool):
+    """A start of a ticket whose run was terminated runs it again; the new run derives its messages' intent
+    keys as the task did when it began (a task begun before the second fold without their money status, one
+    begun since with it), so nothing it sent goes again under another key. Without a worker the first run
+    never moves: it is only what its input and its first workflow task recorded."""
+    raw = own_ticket("refund", 2500)
+    seed_tickets(settings, [raw])
+    ticket = Ticket.model_validate(raw)
+    first = ticket.task_input().model_copy(update={"status_in_message_keys": False} if began_before_the_fold else {})
+    async with running_worker(client, settings, replace=[held_model_turn()]):
+        handle = await start_task(client, settings, first)
+        await poll_until(lambda: workflow_task_done(handle), "the first run's first workflow task", timeout=60)
+        await handle.terminate("an operator stops it")
+    async with running_worker(client, settings):
+        again = await start_ticket(client, settings, ticket)
+        result = await finished(again)
+    assert again.id == handle.id and result.state == "completed"
+    assert result.checkpoint.status_in_message_keys is not began_before_the_fold
 
 
 @pytest.mark.parametrize("args,expected", [
