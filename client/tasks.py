@@ -12,6 +12,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowHistory,
@@ -19,7 +20,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from client.errors import ClientError
 from client.facts import check_facts
@@ -101,15 +102,16 @@ async def start_ticket(client: Client, settings: Settings, ticket: Ticket) -> Wo
         task = ticket.task_input()
     except TicketError as err:
         raise ClientError(str(err)) from None
-    status = await _status(client, task.task_id)
-    if status not in _GOING_OR_DONE:
+    latest = await _latest_run(client, task.task_id)
+    if latest is None or latest.status not in _GOING_OR_DONE:
         await check_facts(client, settings, task)
-        if status is not None:  # its run failed or was stopped: the new run keeps the intent keys the task began with
-            handle = client.get_workflow_handle(task.task_id)
-            history = await handle.fetch_history()
-            [earlier] = await client.data_converter.decode(
-                history.events[0].workflow_execution_started_event_attributes.input.payloads, [TaskInput])
-            task = task.model_copy(update={"status_in_message_keys": keys_begun_with(earlier, history)})
+    if latest is not None:
+        # The start runs the task again if its run failed or was stopped, now or by the time it reaches the
+        # server: the new run keeps the intent keys the task began with (attaching, it uses none of this).
+        history = await client.get_workflow_handle(task.task_id, run_id=latest.run_id).fetch_history()
+        [earlier] = await client.data_converter.decode(
+            history.events[0].workflow_execution_started_event_attributes.input.payloads, [TaskInput])
+        task = task.model_copy(update={"status_in_message_keys": keys_begun_with(earlier, history)})
     return await start_task(client, settings, task, ticket.amount_cents())
 
 
@@ -119,12 +121,14 @@ _GOING_OR_DONE = (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPL
                   WorkflowExecutionStatus.CONTINUED_AS_NEW)
 
 
-async def _status(client: Client, task_id: str) -> WorkflowExecutionStatus | None:
-    """The latest run's status, None when no run of this id exists."""
+async def _latest_run(client: Client, task_id: str) -> WorkflowExecutionDescription | None:
+    """The latest run of this id, None when there is none."""
     try:
-        return (await client.get_workflow_handle(task_id).describe()).status
-    except RPCError:
-        return None
+        return await client.get_workflow_handle(task_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise ClientError(f"cannot read task {task_id}: {err.message}") from None
 
 
 @dataclass(frozen=True)
@@ -217,10 +221,11 @@ async def decide(client: Client, decision: ResolveInput) -> DecisionReceipt:
     raise ClientError(f"decision not delivered: {decision.task_id} kept continuing as new; send it again")
 
 
-def keys_begun_with(task: TaskInput, history: WorkflowHistory) -> bool:
+def keys_begun_with(task: TaskInput, history: WorkflowHistory) -> bool | None:
     """Whether the task of this run (its input, its history) has messages' money status in its intent keys,
     which a new run of it must keep: as its input says, else as its carry's checkpoint says (a continued run
-    records the fold's marker whatever its task began with), else whether this first run recorded it."""
+    records the fold's marker whatever its task began with), else whether this first run recorded it.
+    None: the run never completed a workflow task, so it decided nothing and the new run decides."""
     if task.status_in_message_keys is not None:
         return task.status_in_message_keys
     if task.carry is not None:
@@ -228,9 +233,12 @@ def keys_begun_with(task: TaskInput, history: WorkflowHistory) -> bool:
     return began_since_fold(history)
 
 
-def began_since_fold(history: WorkflowHistory) -> bool:
+def began_since_fold(history: WorkflowHistory) -> bool | None:
     """Whether a run began as a task does since the second fold (its history holds the fold's marker):
-    then its messages' money status is part of their intent keys, and its redrive must keep that."""
+    then its messages' money status is part of their intent keys, and its redrive must keep that. None:
+    it never completed a workflow task (no worker took it up), so it began nothing."""
+    if not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events):
+        return None
     for event in history.events:
         marker = event.marker_recorded_event_attributes
         if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED or "patch-data" not in marker.details:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -63,8 +64,14 @@ async def test_known_bad_history_is_rejected():
 def test_a_redrive_knows_the_keys_its_task_began_with():
     """A redrive starts a task again with the intent keys it began with: a run recorded since the second
     fold has messages' money status in them, one recorded before has not (client/tasks.py)."""
-    assert all(began_since_fold(load(path)) for path in HISTORIES.glob("*.json"))
-    assert not any(began_since_fold(load(path)) for path in HISTORIES.glob("earlier/*/*.json"))
+    assert all(began_since_fold(load(path)) is True for path in HISTORIES.glob("*.json"))
+    assert all(began_since_fold(load(path)) is False for path in HISTORIES.glob("earlier/*/*.json"))
+    # A run no worker ever took up (terminated or timed out before its first workflow task) began nothing:
+    # the task's next run decides its keys.
+    unstarted = load(HISTORIES / "su-88421-happy.json")
+    del unstarted.events[3:]
+    assert [e.event_type for e in unstarted.events][-1] == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    assert began_since_fold(unstarted) is None
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=[str(p.relative_to(HISTORIES).with_suffix("")) for p in CORPUS])
