@@ -76,6 +76,7 @@ class Ambiguous(ProviderError):
 
 AMBIGUOUS = (stripe.APIConnectionError, stripe.APIError, Ambiguous)
 PROVIDER_ERRORS = (stripe.StripeError, ProviderError)
+NOTHING_MOVED = frozenset({"failed", "canceled", "requires_payment_method"})  # a refund's, a payment's
 log = logging.getLogger("agent.effects")
 
 
@@ -261,6 +262,10 @@ class Effects:
                 mine = _match(records(), key)
             except PROVIDER_ERRORS as err:
                 unreadable = describe(err)
+        if mine is not None and not moved(mine):
+            self._ledger.failed(key, mine.ref, {"status": mine.status, "verified_by": "inspection",
+                                                "reason": "provider_failed"})
+            return _view("not_performed", now, f"the provider holds it as {mine.ref}, {mine.status}: no money moved")
         if mine is not None:
             row = self._ledger.found(key, mine.ref, mine.amount_cents,
                                      {"status": mine.status, "verified_by": "inspection"}) or row
@@ -299,7 +304,7 @@ class Effects:
                        resources: tuple[str, ...]) -> str | None:
         mine = _match(records, settle.intent_key)
         if settle.status == "not_performed":
-            return f"the provider holds this intent as {mine.ref}: it was performed" if mine else None
+            return f"the provider holds this intent as {mine.ref}: it was performed" if mine and moved(mine) else None
         if mine is not None and mine.ref != settle.provider_ref:
             return f"the provider holds this intent as {mine.ref}, not {settle.provider_ref}"
         record = next((r for r in records if r.ref == settle.provider_ref), None)
@@ -356,6 +361,10 @@ class Effects:
             self._ledger.not_performed(effect, {"reason": "provider_rejected", "message": message})
             return _To(intent.call, attempt).not_performed("provider_rejected", message)
         crash_point(f"{intent.call.tool}:after_provider")
+        if sent.status in NOTHING_MOVED:
+            self._ledger.failed(intent.key, sent.ref, {"status": sent.status, "reason": "provider_failed"})
+            return _failed(intent.call, attempt, ProviderEffect(sent.ref, sent.amount_cents, intent.key, (),
+                                                                sent.status))
         self._ledger.performed(effect, sent.ref, sent.amount_cents, {"status": sent.status})
         return _To(intent.call, attempt).performed(
             Outcome.PERFORMED, {"provider_ref": sent.ref, "amount_cents": sent.amount_cents, "status": sent.status})
@@ -421,6 +430,10 @@ class Effects:
 
     def _found(self, intent: Intent, attempt: Attempt, found: ProviderEffect, how: str) -> ToolResult:
         call = intent.call
+        if not moved(found):
+            self._ledger.failed(intent.key, found.ref, {"status": found.status, "verified_by": "lookup",
+                                                        "reason": "provider_failed"})
+            return _failed(call, attempt, found)
         effect = self._ledger.found(intent.key, found.ref, found.amount_cents,
                                     {"status": found.status, "verified_by": "lookup"})
         mine = effect is None or effect.owner == attempt.call  # `found` never changes the owner
@@ -470,7 +483,7 @@ class Effects:
         held = self._ledger.live_holds([r.intent_key for r in records if r.intent_key])
         external: dict[str, int] = {}
         for record in records:
-            if record.status not in ("succeeded", "pending"):
+            if not moved(record):
                 continue
             for resource in record.resources:
                 if (record.intent_key, resource) not in held:
@@ -502,8 +515,23 @@ def _clock(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
+def moved(record: ProviderEffect) -> bool:
+    """The provider's record moved money or may still: everything but a failed or canceled one."""
+    return record.status not in NOTHING_MOVED
+
+
 def _match(records: list[ProviderEffect], key: str | None) -> ProviderEffect | None:
-    return next((r for r in records if key and r.intent_key == key), None)
+    """The intent's record at the provider; one that moved money first (a provider ignoring keys may
+    hold a failed request of the intent and a later one that succeeded)."""
+    mine = [r for r in records if key and r.intent_key == key]
+    return next((r for r in mine if moved(r)), mine[0] if mine else None)
+
+
+def _failed(call: ToolInput, attempt: Attempt, record: ProviderEffect) -> ToolResult:
+    return _To(call, attempt).not_performed(
+        "provider_failed", f"the provider holds this request as {record.ref}, {record.status}: no money moved, "
+                           "and the same request would only answer with that record again",
+        data={"provider_ref": record.ref, "status": record.status})
 
 
 @dataclass(frozen=True)

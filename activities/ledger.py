@@ -442,6 +442,21 @@ class EffectLedger:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
+    def failed(self, key: str, ref: str, detail: dict[str, Any]) -> Effect | None:
+        """The provider holds the intent's effect as failed or canceled: no money moved, and the intent's
+        key only ever answers with that record. Not performed, whoever holds the fence; the amounts go
+        back. Performed stays final: a refund that fails after it succeeded is for reconcile and people."""
+        with self._db.connect() as conn:
+            moved = conn.execute(
+                "UPDATE effects SET status = 'not_performed', provider_ref = :ref, detail = :detail,"
+                " lease_until = 0, updated_at = :now WHERE intent_key = :key AND status IN ('intent', 'unknown')",
+                {"key": key, "ref": ref, "detail": json.dumps(detail, sort_keys=True),
+                 "now": self._clock()}).rowcount == 1
+            if moved:
+                conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": key})
+            row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
+        return Effect.from_row(row) if row else None
+
     def decided(self, word: HumanWord, expected: tuple[str, ...], as_of: float | None = None) -> Effect:
         """A human's verified word on an intent; only from the `expected` states (performed is final), and
         "not performed" only once no earlier request of the intent can land (its horizon has passed by

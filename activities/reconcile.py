@@ -11,6 +11,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.db import Database
+from activities.effects import NOTHING_MOVED
 from activities.ledger import EffectLedger
 from activities.payments import StripeGateway, intent_key_of
 from core.models import Finding, ReconcileInput, ReconcileReport
@@ -48,6 +49,7 @@ class ReconcileActivities:
             by_key[intent_key_of(effect)].append(effect)
         ledger = {row.intent_key: row for row in rows}
         provider_ids = {e.id for e in effects}
+        failed = {e.id: e.status for e in effects if e.status in NOTHING_MOVED}
         findings: list[Finding] = []
         for key, found in by_key.items():
             if key is not None and len(found) > 1:
@@ -63,6 +65,11 @@ class ReconcileActivities:
                                         provider_refs=[row.provider_ref or ""],
                                         detail=f"ledger says performed as {row.provider_ref}; the provider has no such"
                                                " effect"))
+            if row.status == "performed" and row.provider_ref in failed:
+                findings.append(Finding(kind="failed_at_provider", intent_key=row.intent_key,
+                                        provider_refs=[row.provider_ref or ""],
+                                        detail=f"ledger says performed as {row.provider_ref}; the provider holds it "
+                                               f"as {failed[row.provider_ref or '']}: no money moved"))
             if row.status in ("intent", "unknown") and now - row.updated_at > request.stale_after_seconds:
                 findings.append(Finding(kind="stale_intent", intent_key=row.intent_key,
                                         detail=f"left at {row.status} for over {request.stale_after_seconds} s"))

@@ -433,7 +433,8 @@ class ReconcileInput(BaseModel):
 
 
 class Finding(BaseModel):
-    kind: Literal["duplicate", "orphan_provider_effect", "performed_unknown_to_provider", "stale_intent"]
+    kind: Literal["duplicate", "orphan_provider_effect", "performed_unknown_to_provider", "failed_at_provider",
+                  "stale_intent"]
     intent_key: str | None = None
     provider_refs: list[str] = Field(default_factory=list)
     detail: str

@@ -31,6 +31,10 @@ class EdgeControl:
         """The requests that rules with a label fired on (their metadata's task_id and intent_key)."""
         return self._call("GET", "/_edge/marked")
 
+    def fail_refund(self, refund_id: str, status: str = "failed") -> dict[str, Any]:
+        """The provider fails a refund it made, as Stripe does when the card can no longer take it."""
+        return self._call("POST", "/_edge/fail_refund", {"id": refund_id, "status": status})
+
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,

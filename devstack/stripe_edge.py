@@ -13,8 +13,9 @@ their count (`nth`, `from_nth`); `probability` then lets a picked
 request through the rule only on that fraction of draws (a `random.Random` seeded by the
 config's `seed`, so one run of requests in one order draws the same faults). Control plane:
 PUT /_edge/config {"mode": ..., "rules": [...]} (also forgets saved keys and counters, like
-a fresh account), GET /_edge/stats. A rule with a `label` also counts under `fault:<label>` and
-notes each request it fires on (its metadata's task_id and intent_key): GET /_edge/marked.
+a fresh account), GET /_edge/stats, POST /_edge/fail_refund (a refund that fails after it was
+made). A rule with a `label` also counts under `fault:<label>` and notes each request it fires
+on (its metadata's task_id and intent_key): GET /_edge/marked.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class Edge:
     def install(self, app: web.Application) -> None:
         """Put the edge, and its control plane, in front of every route of `app` (not yet started)."""
         self._control = {("PUT", "/_edge/config"): self._put_config, ("GET", "/_edge/config"): self._get_config,
-                         ("GET", "/_edge/stats"): self._get_stats, ("GET", "/_edge/marked"): self._get_marked}
+                         ("GET", "/_edge/stats"): self._get_stats, ("GET", "/_edge/marked"): self._get_marked,
+                         ("POST", "/_edge/fail_refund"): self._fail_refund}
         app.middlewares.insert(0, self._middleware)
 
     @web.middleware
@@ -135,6 +137,22 @@ class Edge:
 
     async def _get_marked(self, request: web.Request) -> web.Response:
         return web.json_response(self.marked)
+
+    async def _fail_refund(self, request: web.Request) -> web.Response:
+        """What Stripe does to a refund days later when the card can no longer take it: {"id": "re_...",
+        "status": "failed" or "canceled"}. The refund's money goes back to the merchant."""
+        from localstripe import resources  # the edge runs in localstripe's process (localstripe_server)
+
+        body = await request.json()
+        if body.get("status") not in ("failed", "canceled"):
+            return _stripe_error(400, "invalid_request_error", "status must be failed or canceled")
+        try:
+            refund = resources.Refund._api_retrieve(str(body.get("id")))
+        except resources.UserError:
+            return _stripe_error(404, "invalid_request_error", f"no refund {body.get('id')}")
+        refund.status = body["status"]
+        refund.failure_reason = "expired_or_canceled_card"
+        return web.json_response({"id": refund.id, "status": refund.status})
 
     def _rule_for(self, method: str, path: str, task: str | None) -> Rule | None:
         chosen = None

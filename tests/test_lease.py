@@ -20,7 +20,7 @@ from activities.tools import ToolActivities
 from activities.world import World
 from core.authority import Ceilings
 from core.keys import derive_intent_key
-from core.models import Outcome, SettleInput, ToolInput
+from core.models import InspectInput, Outcome, SettleInput, ToolInput
 from core.tools import REGISTRY
 from devstack.edge_control import EdgeControl
 from infra.settings import Settings
@@ -159,3 +159,55 @@ def test_a_refund_a_person_marks_performed_with_no_claim_of_ours_uses_up_its_ite
     other = attempt(1).run(tools._issue_refund, _second_ticket(call))
     assert other.outcome is not Outcome.PERFORMED, other
     assert [r["amount_cents"] for r in world.refunds("ORD-8841")] == [4500], "the item was refunded once"
+
+
+def _landed_and_failed(world: World, edge: EdgeControl, call: ToolInput) -> str:
+    """The holder's request made a refund, which the provider then failed (the card was closed)."""
+    _lands_late(world, call)
+    [refund] = world.refunds("ORD-8841")
+    edge.fail_refund(refund["id"])
+    return str(refund["id"])
+
+
+def test_a_refund_the_provider_failed_is_not_performed_and_frees_its_item(
+        settings: Settings, world: World, edge: EdgeControl):
+    """An attempt that finds its intent's refund failed at the provider says not performed (no money moved),
+    and the item's price is free again: another ticket about it refunds it."""
+    tools, ledger, call = _setup(settings, world, edge)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect)
+    ref = _landed_and_failed(world, edge, call)
+
+    result = attempt(2).run(tools._issue_refund, call)
+    assert result.outcome is Outcome.NOT_PERFORMED and result.reason == "provider_failed", result
+    assert result.data["provider_ref"] == ref and not result.retryable
+    row = ledger.get(call.intent_key or "")
+    assert (row.status, row.provider_ref) == ("not_performed", ref)
+    assert not ledger.performed(held.effect, ref, 4500, {}), "the paused holder's write changes nothing"
+
+    other = attempt(1).run(tools._issue_refund, _second_ticket(call))
+    assert other.outcome is Outcome.PERFORMED, other
+    assert sorted(r["status"] for r in world.refunds("ORD-8841")) == ["failed", "succeeded"], \
+        "the item was refunded once, by the second ticket"
+
+
+def test_an_intent_in_doubt_whose_refund_failed_is_settled_by_the_records_and_a_person_cannot_say_performed(
+        settings: Settings, world: World, edge: EdgeControl):
+    """Before a person is asked, the records settle an intent whose only refund failed: not performed.
+    A person who names that failed refund as its effect is refused."""
+    tools, ledger, call = _setup(settings, world, edge)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect)
+    assert ledger.unknown(held.effect, {"reason": "unverified"})
+    ref = _landed_and_failed(world, edge, call)
+
+    said = attempt(1).run(tools._record_human_decision, SettleInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments,
+        status="performed", provider_ref=ref, decided_by="ops@example.com"))
+    assert not said.applied and "failed" in (said.why or ""), said
+
+    view = attempt(1).run(tools._inspect_intent, InspectInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments))
+    assert view.status == "not_performed" and ref in view.detail, view
+    assert ledger.get(call.intent_key or "").status == "not_performed"
+    assert ledger.live_holds([call.intent_key or ""]) == set(), "its amounts went back to the item"

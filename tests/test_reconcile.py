@@ -15,15 +15,17 @@ from activities.operations import alerts
 from activities.reconcile import latest_report
 from activities.world import World
 from core.models import ReconcileInput, ReconcileReport
+from devstack.edge_control import EdgeControl
 from infra.schedules import ensure_reconcile_schedule
 from infra.settings import Settings
 from tests.helpers import run, running_worker, scenario_task, wait_for
 from workflows import RECONCILE_WORKFLOW
 
 
-def plant(world: World, db: Database) -> dict[str, str]:
+def plant(world: World, db: Database, edge: EdgeControl) -> dict[str, str]:
     """One of each discrepancy; returns what identifies each."""
     performed = next(e for e in world.effects() if e["tool"] == "issue_refund")
+    edge.fail_refund(performed["provider_ref"])  # as Stripe does days later when the card is closed
     ord_pi = world.records.order("ORD-8841").payment_intent_id
     su_pi = world.records.order("SU-88421").payment_intent_id
     stripe = world.gateway._client.v1
@@ -41,7 +43,8 @@ def plant(world: World, db: Database) -> dict[str, str]:
     return {"duplicate": performed["intent_key"], "orphan": orphan.id}
 
 
-async def test_reconciliation_reports_every_kind_of_discrepancy(client: Client, settings: Settings, world: World):
+async def test_reconciliation_reports_every_kind_of_discrepancy(client: Client, settings: Settings, world: World,
+                                                                edge: EdgeControl):
     db = Database(settings.agent_db_path)
     async with running_worker(client, settings):
         await run(client, settings, scenario_task("refund-8841"))
@@ -49,7 +52,7 @@ async def test_reconciliation_reports_every_kind_of_discrepancy(client: Client, 
             RECONCILE_WORKFLOW, ReconcileInput(), id=f"reconcile-{uuid.uuid4()}", task_queue=settings.task_queue,
             result_type=ReconcileReport)
         assert clean.findings == [] and clean.checked_ledger_rows == 1 and clean.checked_provider_effects == 1
-        planted = plant(world, db)
+        planted = plant(world, db, edge)
         report: ReconcileReport = await client.execute_workflow(
             RECONCILE_WORKFLOW, ReconcileInput(stale_after_seconds=900), id=f"reconcile-{uuid.uuid4()}",
             task_queue=settings.task_queue, result_type=ReconcileReport)
@@ -57,12 +60,14 @@ async def test_reconciliation_reports_every_kind_of_discrepancy(client: Client, 
     assert ("duplicate", planted["duplicate"]) in kinds
     assert ("performed_unknown_to_provider", "v1:issue_refund:ghost") in kinds
     assert ("stale_intent", "v1:issue_refund:stale") in kinds
+    assert ("failed_at_provider", planted["duplicate"]) in kinds
     orphans = [f for f in report.findings if f.kind == "orphan_provider_effect"]
     assert planted["orphan"] in {ref for f in orphans for ref in f.provider_refs}
     assert latest_report(db) == report
     [alert] = [a for a in alerts(db) if a["kind"] == "reconciliation"]
     assert set(alert["reason"].split(",")) == {"duplicate", "orphan_provider_effect",
-                                               "performed_unknown_to_provider", "stale_intent"}
+                                               "performed_unknown_to_provider", "failed_at_provider",
+                                               "stale_intent"}
 
 
 async def test_the_schedule_runs_reconciliation(client: Client, settings: Settings, world: World):
