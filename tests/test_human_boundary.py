@@ -231,6 +231,43 @@ async def test_a_question_carried_into_a_new_run_that_the_world_settles_is_withd
     assert_ledger_equals_provider(world, "SU-88421")
 
 
+NEVER_LANDED_UNREADABLE = [  # no refund request reaches the provider, each is dropped, and refunds cannot be listed
+    {"method": "POST", "path": "/v1/refunds", "fault": "drop_before_commit", "from_nth": 1},
+    {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0},
+]
+
+
+async def test_a_carried_question_about_a_refund_that_never_landed_is_settled_by_the_records(
+    client: Client, fast: Settings, world: World, edge: EdgeControl,
+):
+    """A provider that honours keys drops every refund request before it commits, and refunds cannot be
+    listed: the outcome is unknown and a person is asked. The provider becomes readable, and before the
+    task reads it again a junk signal rolls the wait over into a new run. Past the request's horizon the
+    provider holds nothing of it: not performed, as the run that asked would have found. Nobody is needed
+    (the question is withdrawn, the person told) and the refund is made, once."""
+    slow_recheck = fast.model_copy(update={"stripe_processing_window_seconds": 20.0, "stripe_honours_keys": True})
+    edge.configure("dedupe", NEVER_LANDED_UNREADABLE)
+    async with running_worker(client, slow_recheck):
+        task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 200_000})
+        handle = await start(client, slow_recheck, task)
+        asked = await waiting(handle)
+        assert asked.waiting_for.reason == "unknown_outcome" and asked.runs == 1, asked.waiting_for
+        edge.configure("dedupe")
+        assert world.refunds("SU-88421") == []
+        await handle.signal("resolve", "x" * 300_000)
+        result = await finished(handle)
+    cp = result.checkpoint
+    assert cp.runs == 2, "the question was taken up by a new run"
+    assert result.state == "completed" and cp.waiting_for is None and cp.escalations == 1, cp.waiting_for
+    assert refunds_of(world, "SU-88421") == [11800]
+    assert cp.steps["issue_refund"].outcome is Outcome.PERFORMED, cp.steps["issue_refund"].trail
+    with Database(fast.agent_db_path).connect() as conn:
+        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
+                                                 {"task": handle.id}).fetchall()]
+    assert kinds == ["escalation", "escalation_withdrawn"], kinds
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
 def readable_as_asked(settings: Settings, edge: EdgeControl) -> list:
     """The activities that deliver an escalation's alert, each first making the provider readable (the
     refund that landed can be listed from then on): the world settles at the worst moment, after the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from activities.db import Database
 from activities.operations import alerts
@@ -148,6 +149,32 @@ async def test_unusable_model_replies_go_back_as_errors_then_escalate(client: Cl
         assert cp.waiting_for.reason == "unusable_model_output" and world.refunds("SU-88421") == []
         reasons = [s.reason for s in cp.steps.values()]
         assert reasons == ["unknown_tool", "malformed_arguments", "invalid_arguments"]
+        await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "approve", note="one more try"))
+        result = await finished(handle)
+    assert result.state == "completed" and len(world.refunds("SU-88421")) == 1
+
+
+async def test_a_wait_on_unusable_model_replies_goes_on_in_the_run_a_junk_signal_rolls_it_into(
+        client: Client, settings: Settings, world: World):
+    """A junk signal rolls the wait on the model's unusable replies over into a new run: the new run still
+    waits for the person, and the model is asked nothing more until they approve."""
+    task = scenario_task("SU-88421", bad_calls=3).model_copy(update={"max_history_bytes": 200_000})
+    async with running_worker(client, settings):
+        handle = await start(client, settings, task)
+        asked = await waiting(handle)
+        assert asked.waiting_for.reason == "unusable_model_output"
+        await handle.signal("resolve", "x" * 300_000)
+
+        async def rolled_over():
+            try:
+                cp = await checkpoint(handle)
+            except RPCError:  # a continue-as-new that met newer signals is retried by the server meanwhile
+                return None
+            return cp if cp.runs > 1 else None
+        cp = await wait_for(rolled_over, "the wait to go on in a fresh run", 120)
+        assert cp.state == "awaiting_human" and cp.waiting_for is not None, (cp.state, cp.waiting_for)
+        assert cp.waiting_for.intent_key == asked.waiting_for.intent_key and cp.escalations == 1
+        assert cp.turns == asked.turns and world.refunds("SU-88421") == [], "the model was asked nothing more"
         await handle.signal("resolve", decision(handle, cp.waiting_for.intent_key, "approve", note="one more try"))
         result = await finished(handle)
     assert result.state == "completed" and len(world.refunds("SU-88421")) == 1

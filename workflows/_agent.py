@@ -227,6 +227,10 @@ class Agent:
     async def _converse(self, task: TaskInput) -> str:
         if self._pending:  # the previous run continued as new while one of these calls waited for a person
             await self._answer_calls(task, self._pending)
+        carried = self._checkpoint.waiting_for
+        if carried is not None and carried.reason == "unusable_model_output":  # carried since _CARRIED_MODEL_QUESTION
+            await self._await_decision(Question(carried.tool, carried.arguments, carried.intent_key, carried.reason,
+                                                carried.detail))
         while self._turn < task.max_turns:
             if self._history_budget_spent(task):
                 await self._continue_as_new(task)
@@ -350,11 +354,19 @@ class Agent:
         transcript = self._compact(self._transcript, task.window_messages)
         if self._boundary:  # the carried transcript alone must leave the next run room to work
             transcript = _within_bytes(transcript, task.max_history_bytes // 4)
-        if not self._pending:
+        if not self._pending and not self._model_question_carried(checkpoint):
             checkpoint.waiting_for = None
         carry = Carry(checkpoint=checkpoint, journal=self._journal, step_by_key=self._step_by_key,
                       transcript=transcript, turn=self._turn, resume=self._pending)
         workflow.continue_as_new(task.model_copy(update={"carry": carry}))
+
+    @staticmethod
+    def _model_question_carried(checkpoint: Checkpoint) -> bool:
+        """Since _CARRIED_MODEL_QUESTION a wait for a person on the model's unusable replies goes on in the
+        next run; before, the next run went on asking the model, as if the person had approved."""
+        waiting = checkpoint.waiting_for
+        return waiting is not None and waiting.reason == "unusable_model_output" \
+            and workflow.patched(_CARRIED_MODEL_QUESTION)
 
     # --- the gate ------------------------------------------------------------------------
 
@@ -400,13 +412,14 @@ class Agent:
         result: ToolResult | Refused | None  # the tool's answer, or a decision's (`_ACTIONS`)
         # The previous run continued as new while this call waited: the same question, not a new run of it.
         # Since _CARRIED_QUESTION it is withdrawn when the world settles it.
-        resumed = False
+        resumed = ran = False
         if self._boundary and carried is not None and carried.intent_key == call.decision_key:
             reason, detail = carried.reason, carried.detail
             resumed = self._since_folded(_CARRIED_QUESTION)
+            # The call ran in the run that asked: since _CARRIED_RAN, "not performed" settles it here as it did there.
+            ran = resumed and reason in _AFTER_RUNNING and workflow.patched(_CARRIED_RAN)
         else:
             reason, detail = self._needs_human_first(task, call)
-        ran = False
         while True:
             if reason is None:
                 result = await self._run_tool(task, call)
@@ -419,7 +432,7 @@ class Agent:
             world, asked = None, False
             question = Question(call.spec.name, call.arguments, call.decision_key, reason, detail)
             if self._boundary and call.key is not None and reason != "model_request":
-                not_done_settles = ran and reason in ("unknown_outcome", "attempts_exhausted")
+                not_done_settles = ran and reason in _AFTER_RUNNING
                 if self._since(_ASK_AFTER_READING) and not self._asked_already(question):
                     world, asked = await self._ask(task, call, question, not_done_settles)
                 else:
@@ -1017,6 +1030,14 @@ _CARRIED_QUESTION = "carried-question-settled"
 # finished; before, the run waited for that handler, which waited for the decision's answer. Checked only when
 # a run continues as new.
 _DECIDED_WHILE_ROLLING = "decided-while-rolling"
+# Since this change a question carried into a new run about a call that ran (its outcome unknown, its attempts
+# spent) is settled by the world's "not performed", as in the run that asked it; before, a person was still asked.
+# Checked only where such a question is taken up.
+_CARRIED_RAN = "carried-question-ran"
+# Since this change a wait on the model's unusable replies goes on in the run that continues as new while it
+# waits. Checked only when a run continues as new during that wait.
+_CARRIED_MODEL_QUESTION = "carried-model-question"
+_AFTER_RUNNING = ("unknown_outcome", "attempts_exhausted")  # reasons a call is asked about once it ran
 _RECHECK_AT_MOST = 3600.0  # seconds between two reads of the world while a person is asked
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)
 _MESSAGE_OVERHEAD_BYTES = 512  # an event's own fields beside the payload
