@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from activities import payments
 from activities.asking import AskingActivities
 from activities.db import Database
+from activities.effects import Effects
 from activities.ledger import Claimed, EffectLedger, Hold, HumanWord, Request
 from activities.operations import OperationsActivities
 from activities.payments import NotSent, StripeGateway, send_before
@@ -266,6 +267,55 @@ async def test_a_carried_question_about_a_refund_that_never_landed_is_settled_by
                                                  {"task": handle.id}).fetchall()]
     assert kinds == ["escalation", "escalation_withdrawn"], kinds
     assert_ledger_equals_provider(world, "SU-88421")
+
+
+class _LedgerLostAfterSending(EffectLedger):
+    """The worker loses its ledger (a crash, the database gone) between the provider's answer and its write."""
+
+    def performed(self, effect, ref, amount, detail) -> bool:
+        raise RuntimeError("the ledger could not be written after the provider's answer")
+
+
+def refunds_then_fails(settings: Settings) -> list:
+    """An issue_refund whose first attempt makes the refund and loses the ledger before it writes the answer;
+    every later attempt finds the ledger still gone: the call runs out of attempts though its refund landed."""
+    tools = ToolActivities(Database(settings.agent_db_path),
+                           StripeGateway(STRIPE_API_KEY, settings.stripe_api_base, settings.stripe_timeout_seconds),
+                           Ceilings(settings.approval_ceiling_cents), provider_terms(settings))
+    tools._effects = Effects(_LedgerLostAfterSending(Database(settings.agent_db_path)), provider_terms(settings))
+
+    @activity.defn(name="issue_refund")
+    async def issue_refund(call: ToolInput) -> ToolResult:
+        if activity.info().attempt == 1:
+            await asyncio.to_thread(tools._issue_refund, call)
+        raise ApplicationError("the ledger cannot be reached")
+    return [issue_refund]
+
+
+async def test_a_refund_that_ran_out_of_attempts_cannot_be_rejected(
+    client: Client, settings: Settings, world: World, edge: EdgeControl,
+):
+    """The refund landed, then every attempt failed and the refunds cannot be listed: a person is asked.
+    `reject` would tell the model nothing was done; it is not offered, and a signed reject is not kept.
+    Once the provider can be read the task finds the refund and goes on without anyone."""
+    edge.configure("dedupe", [
+        {"method": "POST", "path": "/v1/refunds", "fault": "slow", "delay_seconds": 0.0, "nth": [1]},
+        {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0},
+    ])
+    async with running_worker(client, settings, replace=refunds_then_fails(settings)):
+        handle = await start(client, settings, scenario_task("SU-88421"))
+        asked = await waiting(handle)
+        assert asked.waiting_for.reason == "attempts_exhausted", asked.waiting_for
+        assert "reject" not in asked.waiting_for.allowed, asked.waiting_for.allowed
+        await handle.signal("resolve", signed(handle.id, asked.waiting_for.intent_key, "reject"))
+        refused = await decided(handle, "ignored")
+        assert refused.waiting_for is not None and refused.state == "awaiting_human"
+        edge.configure("dedupe")
+        result = await finished(handle)
+    [refund] = world.refunds("SU-88421")
+    step = result.checkpoint.steps["issue_refund"]
+    assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"], step.trail
+    assert result.state == "completed" and [d.status for d in result.checkpoint.decisions] == ["ignored"]
 
 
 def readable_as_asked(settings: Settings, edge: EdgeControl) -> list:

@@ -430,7 +430,8 @@ class Agent:
                 detail = result.message or result.reason or ""
                 self._record(call.step, result)
             world, asked = None, False
-            question = Question(call.spec.name, call.arguments, call.decision_key, reason, detail)
+            question = Question(call.spec.name, call.arguments, call.decision_key, reason, detail,
+                                keyed=call.key is not None)
             if self._boundary and call.key is not None and reason != "model_request":
                 not_done_settles = ran and reason in _AFTER_RUNNING
                 if self._since(_ASK_AFTER_READING) and not self._asked_already(question):
@@ -697,7 +698,7 @@ class Agent:
             intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail[:2000],
             since=earlier.since if repeat and earlier else _iso(now),
             deadline=earlier.deadline if repeat and earlier else _iso(now + timedelta(seconds=timeout)),
-            allowed=ALLOWED[reason],
+            allowed=self._allowed(question),
             world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
         if not repeat and not alerted:
@@ -733,6 +734,15 @@ class Agent:
             raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
         self._set_state("running")
         return decision
+
+    @staticmethod
+    def _allowed(question: Question) -> list[Decision]:
+        """The decisions that apply. Since _EXHAUSTED_KEYED, not `reject` for a keyed call that ran out of
+        attempts: it may have happened, and a reject would tell the model nothing was done."""
+        allowed = ALLOWED[question.reason]
+        if question.reason == "attempts_exhausted" and question.keyed and workflow.patched(_EXHAUSTED_KEYED):
+            return [d for d in allowed if d != "reject"]
+        return allowed
 
     async def resolve(self, *args: Any) -> None:
         self._received(args)
@@ -1037,6 +1047,9 @@ _CARRIED_RAN = "carried-question-ran"
 # Since this change a wait on the model's unusable replies goes on in the run that continues as new while it
 # waits. Checked only when a run continues as new during that wait.
 _CARRIED_MODEL_QUESTION = "carried-model-question"
+# Since this change `reject` is not offered for a keyed call that ran out of attempts (`_allowed`). Checked only
+# where such a call is asked about.
+_EXHAUSTED_KEYED = "exhausted-keyed-no-reject"
 _AFTER_RUNNING = ("unknown_outcome", "attempts_exhausted")  # reasons a call is asked about once it ran
 _RECHECK_AT_MOST = 3600.0  # seconds between two reads of the world while a person is asked
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)

@@ -22,6 +22,7 @@ class Question:
     key: str
     reason: EscalationReason
     detail: str
+    keyed: bool = False  # about a call with an intent key: it may have happened once it ran
 
     def alert_summary(self) -> str:
         return f"{self.tool} waits for a human: {self.reason}: {self.detail[:500]}"
