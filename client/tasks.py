@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowHistory,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -105,13 +105,13 @@ async def start_ticket(client: Client, settings: Settings, ticket: Ticket) -> Wo
     latest = await _latest_run(client, task.task_id)
     if latest is None or latest.status not in _GOING_OR_DONE:
         await check_facts(client, settings, task)
-    if latest is not None:
+    if latest is not None and latest.status != WorkflowExecutionStatus.COMPLETED:
         # The start runs the task again if its run failed or was stopped, now or by the time it reaches the
         # server: the new run keeps the intent keys the task began with (attaching, it uses none of this).
-        history = await client.get_workflow_handle(task.task_id, run_id=latest.run_id).fetch_history()
+        events = await _opening(client.get_workflow_handle(task.task_id, run_id=latest.run_id))
         [earlier] = await client.data_converter.decode(
-            history.events[0].workflow_execution_started_event_attributes.input.payloads, [TaskInput])
-        task = task.model_copy(update={"status_in_message_keys": keys_begun_with(earlier, history)})
+            events[0].workflow_execution_started_event_attributes.input.payloads, [TaskInput])
+        task = task.model_copy(update={"status_in_message_keys": keys_begun_with(earlier, events)})
     return await start_task(client, settings, task, ticket.amount_cents())
 
 
@@ -221,7 +221,35 @@ async def decide(client: Client, decision: ResolveInput) -> DecisionReceipt:
     raise ClientError(f"decision not delivered: {decision.task_id} kept continuing as new; send it again")
 
 
-def keys_begun_with(task: TaskInput, history: WorkflowHistory) -> bool | None:
+async def _opening(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
+    """A run's events up to the markers its first completed workflow task recorded: its input and what
+    `keys_begun_with` reads, without the rest of a long history."""
+    events: list[HistoryEvent] = []
+    async for event in handle.fetch_history_events(page_size=_OPENING_PAGE):
+        if _past_opening(events, event):
+            break
+        events.append(event)
+    return events
+
+
+def opening(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
+    """The same cut of a history already read (`_opening`)."""
+    for i, event in enumerate(events):
+        if _past_opening(events[:i], event):
+            return list(events[:i])
+    return list(events)
+
+
+def _past_opening(before: Sequence[HistoryEvent], event: HistoryEvent) -> bool:
+    """The first event after the first completed workflow task's markers (the fold's among them)."""
+    return event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED and any(
+        e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in before)
+
+
+_OPENING_PAGE = 16  # a run's first workflow task completes within its first few events
+
+
+def keys_begun_with(task: TaskInput, events: Sequence[HistoryEvent]) -> bool | None:
     """Whether the task of this run (its input, its history) has messages' money status in its intent keys,
     which a new run of it must keep: as its input says, else as its carry's checkpoint says (a continued run
     records the fold's marker whatever its task began with), else whether this first run recorded it.
@@ -230,16 +258,16 @@ def keys_begun_with(task: TaskInput, history: WorkflowHistory) -> bool | None:
         return task.status_in_message_keys
     if task.carry is not None:
         return task.carry.checkpoint.status_in_message_keys
-    return began_since_fold(history)
+    return began_since_fold(events)
 
 
-def began_since_fold(history: WorkflowHistory) -> bool | None:
+def began_since_fold(events: Sequence[HistoryEvent]) -> bool | None:
     """Whether a run began as a task does since the second fold (its history holds the fold's marker):
     then its messages' money status is part of their intent keys, and its redrive must keep that. None:
     it never completed a workflow task (no worker took it up), so it began nothing."""
-    if not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events):
+    if not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in events):
         return None
-    for event in history.events:
+    for event in events:
         marker = event.marker_recorded_event_attributes
         if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED or "patch-data" not in marker.details:
             continue
@@ -276,8 +304,8 @@ async def redrive(client: Client, settings: Settings, task_id: str, force: bool 
         raise ClientError(f"{task_id} completed; --force to run it again anyway")
     started = history.events[0].workflow_execution_started_event_attributes
     [task] = await client.data_converter.decode(started.input.payloads, [TaskInput])
-    update: dict[str, Any] = {"redrive_of": description.run_id}
-    update["status_in_message_keys"] = keys_begun_with(task, history)
+    update: dict[str, Any] = {"redrive_of": description.run_id,
+                              "status_in_message_keys": keys_begun_with(task, history.events)}
     if escalation_timeout_seconds is not None:
         update["escalation_timeout_seconds"] = escalation_timeout_seconds
     task = task.model_copy(update=update)

@@ -114,8 +114,9 @@ class TaskInput(Compact):
     max_unusable_replies: int = Field(default=3, gt=0, description="replies in a row with no usable tool call")
     redrive_of: str | None = None
     status_in_message_keys: bool | None = Field(
-        default=None, description="set by a redrive: whether the task began with messages' money status in their "
-                                  "intent keys (None: as the run decides)")
+        default=None, description="set by a redrive, or a start of a ticket whose run failed or was stopped: "
+                                  "whether the task began with messages' money status in their intent keys "
+                                  "(None: as the run decides)")
     window_messages: int = Field(default=40, ge=4, description="transcript messages sent to the model per turn")
     max_history_events: int = Field(default=4000, gt=0, description="continue as new past this many events")
     max_history_bytes: int = Field(default=1_500_000, gt=0, description="continue as new past this size")
