@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import typing
 from datetime import timedelta
 from pathlib import Path
@@ -55,7 +56,12 @@ async def signed_decision(args: argparse.Namespace, client: Client | None) -> Re
         cp = await checkpoint_of(client, args.task_id)
         if cp.waiting_for is None:
             raise ClientError(f"{args.task_id} is {cp.state}, not waiting for a decision")
-        intent_key = cp.waiting_for.intent_key
+        wait = cp.waiting_for
+        intent_key = wait.intent_key
+        # The task may have moved on since the person looked: say what this signs, and how to pin it.
+        print(f"deciding what {args.task_id} waits for now: {wait.tool} {json.dumps(wait.arguments, sort_keys=True)}"
+              f" ({wait.reason}, since {wait.since}); --key {intent_key} decides exactly this call",
+              file=sys.stderr)
     if args.decision == "mark_performed" and not args.provider_ref:
         raise ClientError("mark_performed needs --provider-ref (the provider's id of the effect, e.g. re_...)")
     try:

@@ -153,3 +153,27 @@ def test_connection_from_a_temporal_profile(stack: Stack, tmp_path: Path):
         done = subprocess.run([sys.executable, *script], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=60)
         assert "Profile 'nobody' not found" in one_line(done), done.stderr
+
+
+async def test_resolve_without_a_key_says_which_call_it_decides(encrypted_waiting_task, stack: Stack,
+                                                                tmp_path: Path):
+    """Without --key, resolve decides what the task waits for when it runs: it names that call (tool,
+    arguments, reason) and the --key that pins it, before the receipt."""
+    import asyncio
+
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.approvers import ALICE, ALICE_KEY
+
+    task_id, key, settings = encrypted_waiting_task
+    key_file = tmp_path / "alice.pem"
+    key_file.write_bytes(ALICE_KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    env = {"TEMPORAL_ADDRESS": stack.address, "STRIPE_API_BASE": stack.stripe_url, "TASK_QUEUE": settings.task_queue,
+           "AGENT_DB_PATH": str(settings.agent_db_path), "PAYLOAD_ENCRYPTION_KEY": key}
+    done = await asyncio.to_thread(run, ["starter.py", "resolve", task_id, "approve", "--by", ALICE,
+                                         "--key-file", str(key_file), "--note", "checked"], **env)
+    assert done.returncode == 0, done.stderr
+    [notice] = [line for line in done.stderr.splitlines() if line.startswith("deciding")]
+    assert "issue_refund" in notice and "approval_required" in notice and "--key v1:issue_refund:" in notice
+    assert done.stdout.startswith(f"{task_id}: approve on v1:issue_refund:"), done.stdout
