@@ -259,7 +259,7 @@ class Effects:
         mine, unreadable = None, None
         if records is not None and row is not None and row.status != "performed":
             try:
-                mine = _match(records(), key)
+                mine = self._mine(records(), key)
             except PROVIDER_ERRORS as err:
                 unreadable = describe(err)
         if mine is not None and not moved(mine):
@@ -302,10 +302,10 @@ class Effects:
 
     def _contradiction(self, settle: SettleInput, records: list[ProviderEffect],
                        resources: tuple[str, ...]) -> str | None:
-        mine = _match(records, settle.intent_key)
+        mine = self._mine(records, settle.intent_key)
         if settle.status == "not_performed":
             return f"the provider holds this intent as {mine.ref}: it was performed" if mine and moved(mine) else None
-        if mine is not None and mine.ref != settle.provider_ref:
+        if mine is not None and moved(mine) and mine.ref != settle.provider_ref:
             return f"the provider holds this intent as {mine.ref}, not {settle.provider_ref}"
         record = next((r for r in records if r.ref == settle.provider_ref), None)
         if record is None:
@@ -362,7 +362,10 @@ class Effects:
             return _To(intent.call, attempt).not_performed("provider_rejected", message)
         crash_point(f"{intent.call.tool}:after_provider")
         if sent.status in NOTHING_MOVED:
-            self._ledger.failed(intent.key, sent.ref, {"status": sent.status, "reason": "provider_failed"})
+            if self._earlier_may_land(claim):  # this request moved nothing; the earlier one may yet
+                return self._after_ambiguous(intent, attempt, effect, f"{sent.ref} is {sent.status} (an earlier "
+                                                                      "request may land)")
+            self._ledger.not_performed(effect, {"status": sent.status, "reason": "provider_failed"}, ref=sent.ref)
             return _failed(intent.call, attempt, ProviderEffect(sent.ref, sent.amount_cents, intent.key, (),
                                                                 sent.status))
         self._ledger.performed(effect, sent.ref, sent.amount_cents, {"status": sent.status})
@@ -380,7 +383,7 @@ class Effects:
     def _after_ambiguous(self, intent: Intent, attempt: Attempt, effect: Effect, error: str) -> ToolResult:
         """The request may or may not have landed: ask, never guess, never resend blind."""
         try:
-            mine = _match(intent.records(), intent.call.intent_key)
+            mine = self._mine(intent.records(), intent.call.intent_key)
         except PROVIDER_ERRORS as err:
             mine, error = None, f"{error}; the lookup failed: {describe(err)}"
         if mine is not None:
@@ -409,7 +412,7 @@ class Effects:
         records = self._read(intent, attempt, when)
         if isinstance(records, ToolResult):
             return records
-        mine = _match(records, intent.call.intent_key)
+        mine = self._mine(records, intent.call.intent_key)
         return self._found(intent, attempt, mine, how) if mine is not None else records
 
     def _read(self, intent: Intent, attempt: Attempt, when: str) -> list[ProviderEffect] | ToolResult:
@@ -476,6 +479,17 @@ class Effects:
                               data={"available_cents": claim.available_cents, "earlier": earlier,
                                     "resource": claim.resource})
 
+    def _mine(self, records: list[ProviderEffect], key: str | None) -> ProviderEffect | None:
+        """The intent's record at the provider: one that moved money, else (at a provider that honours keys,
+        where the intent's key only ever answers with that record) a failed or canceled one. At a provider
+        that ignores keys a failed record says nothing of the intent's other requests, one of which may be
+        on its way (found by review): it is no record of the intent at all."""
+        mine = [r for r in records if key and r.intent_key == key]
+        found = next((r for r in mine if moved(r)), None)
+        if found is None and self._terms.honours_keys:
+            found = next(iter(mine), None)
+        return found
+
     def _external(self, records: list[ProviderEffect]) -> dict[str, int]:
         """Amounts the provider holds that no live hold of ours counts: they use up the budgets too. By
         resource: an intent performed with no hold on it (it landed after it was settled not performed,
@@ -520,17 +534,12 @@ def moved(record: ProviderEffect) -> bool:
     return record.status not in NOTHING_MOVED
 
 
-def _match(records: list[ProviderEffect], key: str | None) -> ProviderEffect | None:
-    """The intent's record at the provider; one that moved money first (a provider ignoring keys may
-    hold a failed request of the intent and a later one that succeeded)."""
-    mine = [r for r in records if key and r.intent_key == key]
-    return next((r for r in mine if moved(r)), mine[0] if mine else None)
 
 
 def _failed(call: ToolInput, attempt: Attempt, record: ProviderEffect) -> ToolResult:
     return _To(call, attempt).not_performed(
         "provider_failed", f"the provider holds this request as {record.ref}, {record.status}: no money moved, "
-                           "and the same request would only answer with that record again",
+                           "and this intent is not sent again",
         data={"provider_ref": record.ref, "status": record.status})
 
 

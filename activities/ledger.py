@@ -369,9 +369,10 @@ class EffectLedger:
         """The holder's request succeeded."""
         return self._move(effect, "performed", ref, amount, detail)
 
-    def not_performed(self, effect: Effect, detail: dict[str, Any]) -> bool:
-        """Nothing happened: the amounts go back to the budgets."""
-        return self._move(effect, "not_performed", None, None, detail)
+    def not_performed(self, effect: Effect, detail: dict[str, Any], ref: str | None = None) -> bool:
+        """Nothing happened: the amounts go back to the budgets. `ref`: the provider's record of the request,
+        when it holds one that moved nothing (failed)."""
+        return self._move(effect, "not_performed", ref, None, detail)
 
     def unknown(self, effect: Effect, detail: dict[str, Any]) -> bool:
         """Nobody can say now: the amounts stay held until a human decides."""
@@ -443,9 +444,10 @@ class EffectLedger:
         return Effect.from_row(row) if row else None
 
     def failed(self, key: str, ref: str, detail: dict[str, Any]) -> Effect | None:
-        """The provider holds the intent's effect as failed or canceled: no money moved, and the intent's
-        key only ever answers with that record. Not performed, whoever holds the fence; the amounts go
-        back. Performed stays final: a refund that fails after it succeeded is for reconcile and people."""
+        """A provider that honours keys holds the intent's effect as failed or canceled: no money moved, and
+        the intent's key only ever answers with that record. Not performed, whoever holds the fence; the
+        amounts go back. Performed stays final: a refund that fails after it succeeded is for reconcile and
+        people. (At a provider that ignores keys another request of the intent may land: never called.)"""
         with self._db.connect() as conn:
             moved = conn.execute(
                 "UPDATE effects SET status = 'not_performed', provider_ref = :ref, detail = :detail,"

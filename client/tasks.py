@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -225,8 +226,9 @@ async def _opening(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
     """A run's events up to the markers its first completed workflow task recorded: its input and what
     `keys_begun_with` reads, without the rest of a long history."""
     events: list[HistoryEvent] = []
+    cut = _Cut()
     async for event in handle.fetch_history_events(page_size=_OPENING_PAGE):
-        if _past_opening(events, event):
+        if cut.past(event):
             break
         events.append(event)
     return events
@@ -234,16 +236,22 @@ async def _opening(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
 
 def opening(events: Sequence[HistoryEvent]) -> list[HistoryEvent]:
     """The same cut of a history already read (`_opening`)."""
-    for i, event in enumerate(events):
-        if _past_opening(events[:i], event):
-            return list(events[:i])
-    return list(events)
+    cut = _Cut()
+    return list(itertools.takewhile(lambda event: not cut.past(event), events))
 
 
-def _past_opening(before: Sequence[HistoryEvent], event: HistoryEvent) -> bool:
-    """The first event after the first completed workflow task's markers (the fold's among them)."""
-    return event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED and any(
-        e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in before)
+class _Cut:
+    """Where a run's opening ends: at the first event after the first completed workflow task's markers
+    (the fold's among them). One pass: a run no worker took up may have a long history."""
+
+    def __init__(self) -> None:
+        self.completed = False
+
+    def past(self, event: HistoryEvent) -> bool:
+        if self.completed:
+            return event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED
+        self.completed = event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        return False
 
 
 _OPENING_PAGE = 16  # a run's first workflow task completes within its first few events

@@ -188,6 +188,8 @@ class Escalation(BaseModel):
     allowed: list[Decision]
     world: str | None = Field(default=None, description="what the ledger and the provider showed, and when, "
                                                          "just before the person was asked")
+    ran: bool = Field(default=False, description="asked after the call ran (its outcome is in question), "
+                                                 "not before it")
 
 
 class Approval(BaseModel):

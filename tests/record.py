@@ -21,6 +21,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 
 from activities.db import Database
 from activities.payments import StripeGateway
@@ -220,6 +221,52 @@ async def flooded_wait(r: Recorder) -> list[WorkflowHandle]:
     return [r.client.get_workflow_handle(first.id, run_id=e.run_id) for e in runs]
 
 
+async def _every_run(r: Recorder, handle: WorkflowHandle, count: int) -> list[WorkflowHandle]:
+    async def listed():
+        runs = [e async for e in r.client.list_workflows(f'WorkflowId="{handle.id}"')]
+        return runs if len(runs) == count else None
+    runs = sorted(await poll_until(listed, "every run to be listed", 30), key=lambda e: e.start_time)
+    return [r.client.get_workflow_handle(handle.id, run_id=e.run_id) for e in runs]
+
+
+async def _rolled_over(handle: WorkflowHandle) -> Checkpoint:
+    async def check():
+        try:
+            now = await handle.query("checkpoint", result_type=Checkpoint)
+        except RPCError:  # the continue-as-new is being retried by the server meanwhile
+            return None
+        return now if now.runs > 1 else None
+    return await poll_until(check, "the wait to go on in a fresh run", 60)
+
+
+async def unusable_wait_rolled(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings()
+    long_wait = task("SU-88421", "unusable-wait-rolled", bad_calls=3).model_copy(update={"max_history_bytes": 200_000})
+    async with build_worker(r.client, settings):
+        first = await start_task(r.client, settings, long_wait)
+        await waiting(first)
+        await first.signal("resolve", "x" * 300_000)
+        cp = await _rolled_over(first)
+        await first.signal("resolve", signed(first.id, cp.waiting_for.intent_key, "approve"))
+        result = await first.result()
+    return await _every_run(r, first, result.checkpoint.runs)
+
+
+async def carried_question_ran(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings(stripe_honours_keys=True, stripe_processing_window_seconds=20.0)
+    r.edge.configure("dedupe", [
+        {"method": "POST", "path": "/v1/refunds", "fault": "drop_before_commit", "from_nth": 1},
+        {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0}])
+    long_wait = task("SU-88421", "carried-question-ran").model_copy(update={"max_history_bytes": 200_000})
+    async with build_worker(r.client, settings):
+        first = await start_task(r.client, settings, long_wait)
+        await waiting(first)
+        r.edge.configure("dedupe")
+        await first.signal("resolve", "x" * 300_000)
+        result = await first.result()
+    return await _every_run(r, first, result.checkpoint.runs)
+
+
 PATHS = [
     Path_("su-88421-happy", "support ticket: order, policy, refund, seller, pickup, customer",
           lambda r: happy(r, "SU-88421")),
@@ -247,6 +294,11 @@ PATHS = [
           "continues as new and asks the same question -> approved in the last run", flooded_wait),
     Path_("long-run-continue-as-new", "60 turns with a 200-event budget: each run continues as new, carrying "
           "the journal", continue_as_new),
+    Path_("su-88421-unusable-wait-rolled", "three unusable model replies -> a person asked; a 300 KB signal rolls "
+          "the wait into a new run, which still waits -> approved there", unusable_wait_rolled),
+    Path_("su-88421-carried-question-ran", "every refund request dropped and the refunds unreadable -> unknown -> "
+          "a person asked; the provider readable again and a 300 KB signal rolls the wait over -> the new run finds "
+          "nothing landed past the horizon, withdraws the question and refunds", carried_question_ran),
 ]
 
 

@@ -33,11 +33,13 @@ def attempt(n: int) -> ActivityEnvironment:
     return env
 
 
-def _setup(settings: Settings, world: World, edge: EdgeControl) -> tuple[ToolActivities, EffectLedger, ToolInput]:
-    edge.configure("passthrough")
+def _setup(settings: Settings, world: World, edge: EdgeControl,
+           honours_keys: bool = False) -> tuple[ToolActivities, EffectLedger, ToolInput]:
+    edge.configure("dedupe" if honours_keys else "passthrough")
     db = Database(settings.database)
     tools = ToolActivities(db, world.gateway, Ceilings(15000),
-                           terms=ProviderTerms(request_timeout_seconds=5, processing_window_seconds=30))
+                           terms=ProviderTerms(honours_keys=honours_keys, request_timeout_seconds=5,
+                                               processing_window_seconds=30))
     spec = REGISTRY["issue_refund"]
     args = {"order_id": "ORD-8841", "item_id": "kettle-01", "amount_cents": 4500, "currency": "usd", "reason": "x"}
     key = derive_intent_key(spec.name, spec.key_fields, args, {"task_id": "refund-lease"})
@@ -171,9 +173,9 @@ def _landed_and_failed(world: World, edge: EdgeControl, call: ToolInput) -> str:
 
 def test_a_refund_the_provider_failed_is_not_performed_and_frees_its_item(
         settings: Settings, world: World, edge: EdgeControl):
-    """An attempt that finds its intent's refund failed at the provider says not performed (no money moved),
-    and the item's price is free again: another ticket about it refunds it."""
-    tools, ledger, call = _setup(settings, world, edge)
+    """At a provider that honours keys, an attempt that finds its intent's refund failed says not performed
+    (no money moved), and the item's price is free again: another ticket about it refunds it."""
+    tools, ledger, call = _setup(settings, world, edge, honours_keys=True)
     held = _hold(ledger, call)
     assert ledger.leaving(held.effect)
     ref = _landed_and_failed(world, edge, call)
@@ -193,9 +195,9 @@ def test_a_refund_the_provider_failed_is_not_performed_and_frees_its_item(
 
 def test_an_intent_in_doubt_whose_refund_failed_is_settled_by_the_records_and_a_person_cannot_say_performed(
         settings: Settings, world: World, edge: EdgeControl):
-    """Before a person is asked, the records settle an intent whose only refund failed: not performed.
-    A person who names that failed refund as its effect is refused."""
-    tools, ledger, call = _setup(settings, world, edge)
+    """Before a person is asked, the records of a provider that honours keys settle an intent whose only
+    refund failed: not performed. A person who names that failed refund as its effect is refused."""
+    tools, ledger, call = _setup(settings, world, edge, honours_keys=True)
     held = _hold(ledger, call)
     assert ledger.leaving(held.effect)
     assert ledger.unknown(held.effect, {"reason": "unverified"})
@@ -211,3 +213,47 @@ def test_an_intent_in_doubt_whose_refund_failed_is_settled_by_the_records_and_a_
     assert view.status == "not_performed" and ref in view.detail, view
     assert ledger.get(call.intent_key or "").status == "not_performed"
     assert ledger.live_holds([call.intent_key or ""]) == set(), "its amounts went back to the item"
+
+
+def test_a_failed_refund_at_a_provider_ignoring_keys_frees_nothing_while_a_request_may_land(
+        settings: Settings, world: World, edge: EdgeControl):
+    """At a provider that ignores keys a failed refund of an intent says nothing of its other requests:
+    one is on its way. Reading the intent settles nothing, the item stays held, another ticket refunds
+    nothing, and when the request lands the item was refunded once."""
+    tools, ledger, call = _setup(settings, world, edge)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect), "a request of the intent is on its way"
+    _landed_and_failed(world, edge, call)  # an earlier request of it, failed
+
+    view = attempt(2).run(tools._inspect_intent, InspectInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments))
+    assert view.status == "in_flight", view
+    assert ledger.get(call.intent_key or "").status == "intent"
+    with pytest.raises(ApplicationError) as waited:
+        attempt(1).run(tools._issue_refund, _second_ticket(call))
+    assert waited.value.type == "BudgetInFlight", "another ticket waits for the request in flight"
+
+    _lands_late(world, call)
+    assert sorted(r["status"] for r in world.refunds("ORD-8841")) == ["failed", "succeeded"], \
+        "the item was refunded once"
+
+
+def test_a_person_can_record_the_refund_made_by_hand_after_the_intents_refund_failed(
+        settings: Settings, world: World, edge: EdgeControl):
+    """The intent's refund failed at the provider; support refunded the item by hand. The person who marks
+    the intent performed with that refund is not refused because of the failed one."""
+    tools, ledger, call = _setup(settings, world, edge, honours_keys=True)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect)
+    assert ledger.unknown(held.effect, {"reason": "unverified"})
+    _landed_and_failed(world, edge, call)
+    payment = world.records.order("ORD-8841").payment_intent_id
+    by_hand = world.gateway._client.v1.refunds.create(params={  # in the dashboard: no intent key
+        "payment_intent": payment, "amount": 4500, "metadata": {"order_id": "ORD-8841", "item_id": "kettle-01"}})
+
+    said = attempt(1).run(tools._record_human_decision, SettleInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments,
+        status="performed", provider_ref=by_hand.id, decided_by="ops@example.com"))
+    assert said.applied, said
+    row = ledger.get(call.intent_key or "")
+    assert (row.status, row.provider_ref) == ("performed", by_hand.id)

@@ -211,3 +211,25 @@ async def test_a_message_whose_money_status_changed_is_sent_again_with_the_same_
     assert [split_statement(b)[1][0] for b in bodies] == ["not_issued", "issued"], bodies
     assert refund["id"] in bodies[1]
     assert [s.outcome for s in steps] == [Outcome.PERFORMED, Outcome.PERFORMED]
+
+
+async def test_a_message_asked_for_too_often_without_success_can_be_rejected(client: Client, settings: Settings,
+                                                                            world: World):
+    """The model keeps telling the customer a refund was issued that never was: each is refused, and past the
+    task's asks a person decides before the message runs again. Nothing was sent, so `reject` is offered
+    (it is withheld only for a call that ran out of attempts with its outcome in doubt) and is kept."""
+    from tests.approvers import signed
+
+    order = fresh_order(world, [("kettle", 4500)])
+    oid = order.order_id
+    lie = notify(oid, "Your refund is on its way.", refund_status="issued", item_id="kettle")
+    task = script(oid, "kettle", [lie, lie, lie], name="told-too-often").model_copy(update={"max_asks_per_call": 2})
+    async with running_worker(client, settings):
+        handle = await start(client, settings, task)
+        asked = await waiting(handle)
+        assert asked.waiting_for.reason == "attempts_exhausted" and not asked.waiting_for.ran, asked.waiting_for
+        assert "reject" in asked.waiting_for.allowed, asked.waiting_for.allowed
+        await handle.signal("resolve", signed(handle.id, asked.waiting_for.intent_key, "reject"))
+        result = await finished(handle)
+    assert result.state == "completed" and [d.status for d in result.checkpoint.decisions] == ["applied"]
+    assert world.messages(task.task_id) == [] and world.refunds(oid) == []

@@ -71,6 +71,13 @@ def test_a_redrive_knows_the_keys_its_task_began_with():
         events = load(path).events
         assert began_since_fold(opening(events)) is began_since_fold(events), path
         assert len(opening(events)) < len(events), path
+    # One pass: a run no worker took up may hold a flood of signals and nothing else.
+    flooded = load(HISTORIES / "su-88421-happy.json")
+    head = list(flooded.events[:3])
+    signal = next(e for e in load(HISTORIES / "su-88421-flooded-wait-run1.json").events
+                  if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
+    many = head + [signal] * 20_000
+    assert opening(many) == many
     # A run no worker ever took up (terminated or timed out before its first workflow task) began nothing:
     # the task's next run decides its keys.
     unstarted = load(HISTORIES / "su-88421-happy.json")

@@ -417,7 +417,7 @@ class Agent:
             reason, detail = carried.reason, carried.detail
             resumed = self._since_folded(_CARRIED_QUESTION)
             # The call ran in the run that asked: since _CARRIED_RAN, "not performed" settles it here as it did there.
-            ran = resumed and reason in _AFTER_RUNNING and workflow.patched(_CARRIED_RAN)
+            ran = resumed and carried.ran and reason in _AFTER_RUNNING and workflow.patched(_CARRIED_RAN)
         else:
             reason, detail = self._needs_human_first(task, call)
         while True:
@@ -431,7 +431,7 @@ class Agent:
                 self._record(call.step, result)
             world, asked = None, False
             question = Question(call.spec.name, call.arguments, call.decision_key, reason, detail,
-                                keyed=call.key is not None)
+                                keyed=call.key is not None, ran=ran)
             if self._boundary and call.key is not None and reason != "model_request":
                 not_done_settles = ran and reason in _AFTER_RUNNING
                 if self._since(_ASK_AFTER_READING) and not self._asked_already(question):
@@ -698,7 +698,7 @@ class Agent:
             intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail[:2000],
             since=earlier.since if repeat and earlier else _iso(now),
             deadline=earlier.deadline if repeat and earlier else _iso(now + timedelta(seconds=timeout)),
-            allowed=self._allowed(question),
+            allowed=self._allowed(question), ran=question.ran,
             world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
         if not repeat and not alerted:
@@ -738,9 +738,11 @@ class Agent:
     @staticmethod
     def _allowed(question: Question) -> list[Decision]:
         """The decisions that apply. Since _EXHAUSTED_KEYED, not `reject` for a keyed call that ran out of
-        attempts: it may have happened, and a reject would tell the model nothing was done."""
+        attempts: it may have happened, and a reject would tell the model nothing was done. (Asked before it
+        ran, after the model asked for it too often without success, `reject` stays.)"""
         allowed = ALLOWED[question.reason]
-        if question.reason == "attempts_exhausted" and question.keyed and workflow.patched(_EXHAUSTED_KEYED):
+        if question.reason == "attempts_exhausted" and question.keyed and question.ran \
+                and workflow.patched(_EXHAUSTED_KEYED):
             return [d for d in allowed if d != "reject"]
         return allowed
 

@@ -22,7 +22,8 @@ class Question:
     key: str
     reason: EscalationReason
     detail: str
-    keyed: bool = False  # about a call with an intent key: it may have happened once it ran
+    keyed: bool = False  # about a call with an intent key
+    ran: bool = False  # asked after the call ran (its outcome is in question), not before it
 
     def alert_summary(self) -> str:
         return f"{self.tool} waits for a human: {self.reason}: {self.detail[:500]}"
