@@ -234,7 +234,8 @@ class Effects:
         effect = self._ledger.decided(HumanWord(
             settle.intent_key, settle.status, settle.provider_ref, found.amount_cents if found else None,
             {"decided_by": settle.decided_by, "note": settle.note[:500], "source": "human"},
-            settle.task_id, settle.tool, settle.arguments, f"human:{settle.decided_by}"),
+            settle.task_id, settle.tool, settle.arguments, f"human:{settle.decided_by}",
+            resources if records is not None else ()),
             expected=("intent", "unknown", "not_performed"), as_of=read_at if records is not None else None)
         as_of = min(self._clock(), read_at) if records is not None and read_at is not None else self._clock()
         if effect.status != settle.status and settle.status == "not_performed" and effect.horizon > as_of:
@@ -265,7 +266,8 @@ class Effects:
         if mine is not None and not moved(mine):
             self._ledger.failed(key, mine.ref, {"status": mine.status, "verified_by": "inspection",
                                                 "reason": "provider_failed"})
-            return _view("not_performed", now, f"the provider holds it as {mine.ref}, {mine.status}: no money moved")
+            return _view("not_performed", now, f"the provider holds it as {mine.ref}, {mine.status}: no money moved",
+                         final=True)
         if mine is not None:
             row = self._ledger.found(key, mine.ref, mine.amount_cents,
                                      {"status": mine.status, "verified_by": "inspection"}) or row
@@ -412,6 +414,10 @@ class Effects:
         records = self._read(intent, attempt, when)
         if isinstance(records, ToolResult):
             return records
+        for record in records:
+            if not moved(record):
+                self._ledger.failed_after(record.ref, {"reason": "failed_after_performed", "status": record.status,
+                                                       "provider_ref": record.ref, "verified_by": "lookup"})
         mine = self._mine(records, intent.call.intent_key)
         return self._found(intent, attempt, mine, how) if mine is not None else records
 
@@ -434,8 +440,10 @@ class Effects:
     def _found(self, intent: Intent, attempt: Attempt, found: ProviderEffect, how: str) -> ToolResult:
         call = intent.call
         if not moved(found):
-            self._ledger.failed(intent.key, found.ref, {"status": found.status, "verified_by": "lookup",
-                                                        "reason": "provider_failed"})
+            row = self._ledger.failed(intent.key, found.ref, {"status": found.status, "verified_by": "lookup",
+                                                              "reason": "provider_failed"})
+            if row is not None and row.status == "performed":  # a person recorded its effect: another record
+                return self._answer_from_ledger(call, attempt, row)
             return _failed(call, attempt, found)
         effect = self._ledger.found(intent.key, found.ref, found.amount_cents,
                                     {"status": found.status, "verified_by": "lookup"})
@@ -493,14 +501,17 @@ class Effects:
     def _external(self, records: list[ProviderEffect]) -> dict[str, int]:
         """Amounts the provider holds that no live hold of ours counts: they use up the budgets too. By
         resource: an intent performed with no hold on it (it landed after it was settled not performed,
-        whose holds went back) is counted from the provider's record, as a refund made elsewhere is."""
-        held = self._ledger.live_holds([r.intent_key for r in records if r.intent_key])
+        whose holds went back) is counted from the provider's record, as a refund made elsewhere is. A
+        record that names no intent is ours when a person recorded it as an intent's effect."""
+        recorded = self._ledger.keys_of([r.ref for r in records if r.intent_key is None and moved(r)])
+        keys = {r.ref: r.intent_key or recorded.get(r.ref) for r in records}
+        held = self._ledger.live_holds([k for k in keys.values() if k])
         external: dict[str, int] = {}
         for record in records:
             if not moved(record):
                 continue
             for resource in record.resources:
-                if (record.intent_key, resource) not in held:
+                if (keys[record.ref], resource) not in held:
                     external[resource] = external.get(resource, 0) + record.amount_cents
         return external
 
@@ -515,8 +526,9 @@ def describe(err: Exception) -> str:
 
 
 def _view(status: WorldStatus, now: float, detail: str, until: float | None = None,
-          recheck: float | None = None) -> IntentView:
-    return IntentView(status=status, read_at=_clock(now), detail=detail, until=until, recheck_seconds=recheck)
+          recheck: float | None = None, final: bool = False) -> IntentView:
+    return IntentView(status=status, read_at=_clock(now), detail=detail, until=until, recheck_seconds=recheck,
+                      final=final)
 
 
 def _held(now: float, detail: str, ref: str | None, amount: int | None, task_id: str | None) -> IntentView:

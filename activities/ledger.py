@@ -132,6 +132,7 @@ class HumanWord:
     tool: str
     arguments: dict[str, Any]
     owner: str
+    resources: tuple[str, ...] = ()  # the intent's: a "performed" holds its amount against each
 
 
 @dataclass(frozen=True)
@@ -459,6 +460,26 @@ class EffectLedger:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
+    def failed_after(self, ref: str, detail: dict[str, Any]) -> list[str]:
+        """The provider failed an effect the ledger holds as performed (Stripe fails a refund days later when
+        the card cannot take it): no money reached anyone, so it holds nothing any more. Not performed; the
+        amounts go back (found by review: the item stayed used up, and every later ticket was told it was
+        done). No other request of the intent can be on its way: a performed intent claims nothing. The
+        intents moved."""
+        with self._db.connect() as conn:
+            keys = [r["intent_key"] for r in conn.execute(
+                "SELECT intent_key FROM effects WHERE provider_ref = :ref AND status = 'performed'" + self._db.lock,
+                {"ref": ref}).fetchall()]
+            for key in keys:
+                conn.execute("UPDATE effects SET status = 'not_performed', detail = :detail, updated_at = :now"
+                             " WHERE intent_key = :key", {"key": key, "detail": json.dumps(detail, sort_keys=True),
+                                                          "now": self._clock()})
+                conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": key})
+        if keys:
+            log.warning("the provider failed an effect recorded performed", extra={"provider_ref": ref,
+                                                                                  "intent_keys": keys})
+        return keys
+
     def decided(self, word: HumanWord, expected: tuple[str, ...], as_of: float | None = None) -> Effect:
         """A human's verified word on an intent; only from the `expected` states (performed is final), and
         "not performed" only once no earlier request of the intent can land (its horizon has passed by
@@ -490,6 +511,15 @@ class EffectLedger:
                 if status == "not_performed":
                     conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": key})
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).one()
+            if status == "performed" and row["status"] == "performed" and row["provider_ref"] == ref \
+                    and amount is not None:
+                # What a person records holds its item and order as a request of ours would, whatever the
+                # provider's record names (a refund made in the dashboard names no item; found by review)
+                # and even if the intent's holds went back when it was settled not performed before.
+                for resource in word.resources:
+                    conn.execute("INSERT INTO holds (intent_key, resource, amount_cents) VALUES (:key, :resource,"
+                                 " :amount) ON CONFLICT (intent_key, resource) DO NOTHING",
+                                 {"key": key, "resource": resource, "amount": amount})
         return Effect.from_row(row)
 
     def _move(self, effect: Effect, status: str, ref: str | None, amount: int | None, detail: dict[str, Any]) -> bool:
@@ -536,6 +566,18 @@ class EffectLedger:
                 + ", ".join(f":k{i}" for i in range(len(keys))) + ")",
                 {f"k{i}": key for i, key in enumerate(keys)}).fetchall()
         return {(r["intent_key"], r["resource"]) for r in rows}
+
+    def keys_of(self, refs: list[str]) -> dict[str, str]:
+        """The intent each of these provider references is recorded for (a person may record one that names
+        no intent key, such as a refund made in the dashboard)."""
+        if not refs:
+            return {}
+        with self._db.connect() as conn:
+            rows = conn.execute(
+                "SELECT intent_key, provider_ref FROM effects WHERE provider_ref IN ("
+                + ", ".join(f":r{i}" for i in range(len(refs))) + ")",
+                {f"r{i}": ref for i, ref in enumerate(refs)}).fetchall()
+        return {r["provider_ref"]: r["intent_key"] for r in rows}
 
     def all(self) -> list[Effect]:
         with self._db.connect() as conn:

@@ -299,6 +299,8 @@ class IntentView(BaseModel):
     recheck_seconds: float | None = Field(default=None, description="unknown, and the records may settle it later "
                                           "without anyone (a late landing, the provider readable again): read again "
                                           "after this")
+    final: bool = Field(default=False, description="not performed for good: the provider holds the intent's request "
+                                                   "as failed or canceled, and sending it again makes nothing")
 
 
 class AskInput(BaseModel):

@@ -7,7 +7,8 @@ flight is a 409. Mode `passthrough` forwards keys untouched, as localstripe alon
 (a provider that does not protect you).
 
 Faults sit on the network side of the provider: `*_before_commit` never reach it,
-`*_after_commit` reach it and lose or spoil the answer. Rules match method and path
+`*_after_commit` reach it and lose or spoil the answer; `refund_failed` makes the refund and fails it
+at once (as a card that cannot take it does). Rules match method and path
 prefix (and, with `tasks` / `skip_tasks`, the task their metadata names) and pick requests by
 their count (`nth`, `from_nth`); `probability` then lets a picked
 request through the rule only on that fraction of draws (a `random.Random` seeded by the
@@ -37,7 +38,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 Fault = Literal[
     "timeout_after_accept", "error_after_commit", "drop_after_commit",
-    "error_before_commit", "drop_before_commit", "conflict_before_commit", "slow", "fail",
+    "error_before_commit", "drop_before_commit", "conflict_before_commit", "slow", "fail", "refund_failed",
 ]
 BEFORE = {"error_before_commit", "drop_before_commit", "conflict_before_commit", "fail"}
 AFTER = {"timeout_after_accept", "error_after_commit", "drop_after_commit"}
@@ -195,6 +196,10 @@ class Edge:
         else:
             status, payload, ctype = await _forward(request, handler)
 
+        if rule is not None and rule.fault == "refund_failed" and status == 200:
+            payload = _failed(payload)
+            if key in self._keys:  # a retry with the key replays the refund as it was answered
+                self._keys[key].body = payload
         if rule is not None and rule.fault in AFTER:
             if rule.fault == "timeout_after_accept":
                 await asyncio.sleep(rule.delay_seconds)
@@ -250,6 +255,17 @@ async def _forward(request: web.Request, handler: Handler) -> tuple[int, bytes, 
     if not isinstance(body, bytes):
         raise TypeError(f"localstripe answered {request.method} {request.path} with a body the edge cannot keep")
     return response.status, body, response.content_type
+
+
+def _failed(payload: bytes) -> bytes:
+    """A refund the provider made and failed at once (fault `refund_failed`): so it stays, and so it answers."""
+    from localstripe import resources  # the edge runs in localstripe's process (localstripe_server)
+
+    refund = json.loads(payload)
+    stored = resources.Refund._api_retrieve(refund["id"])
+    stored.status = refund["status"] = "failed"
+    stored.failure_reason = refund["failure_reason"] = "expired_or_canceled_card"
+    return json.dumps(refund).encode()
 
 
 def _before_commit(request: web.Request, rule: Rule) -> web.StreamResponse:

@@ -590,3 +590,28 @@ async def test_a_question_whose_worker_died_after_its_post_is_withdrawn(settings
     assert [(b["alert_key"], b["kind"]) for b in received] == [("q1", "escalation"),
                                                               ("q1:withdrawn", "escalation_withdrawn")]
     assert [r["intent_key"] for r in world.refunds("ORD-8841")] == [call.intent_key]
+
+
+async def test_a_refund_the_provider_failed_is_not_put_to_a_person_again(
+    client: Client, settings: Settings, world: World, edge: EdgeControl,
+):
+    """Over the ceiling: a person approves, and the provider makes the refund and fails it at once. The model
+    keeps asking for the same refund, past the task's asks: the records settle it (nothing was done, and
+    sending it again makes nothing), so nobody is asked a second time and no second request goes out."""
+    strict = settings.model_copy(update={"approval_ceiling_cents": 10000, "stripe_honours_keys": True})
+    edge.configure("dedupe", [{"method": "POST", "path": "/v1/refunds", "fault": "refund_failed", "nth": [1]}])
+    order = fresh_order(world, [("sofa", 20000)])
+    call = refund_call(order.order_id, "sofa", 15000)
+    task = scripted(order.order_id, "sofa", [dict(call) for _ in range(4)], name="failed-twice").model_copy(
+        update={"max_asks_per_call": 2})
+    async with running_worker(client, strict):
+        handle = await start(client, strict, task)
+        asked = await waiting(handle)
+        assert asked.waiting_for.reason == "approval_required"
+        await handle.signal("resolve", signed(handle.id, asked.waiting_for.intent_key, "approve"))
+        result = await finished(handle)
+    cp = result.checkpoint
+    assert result.state == "completed" and cp.escalations == 1, cp.waiting_for
+    assert [r["status"] for r in world.refunds(order.order_id)] == ["failed"]
+    assert edge.stats().get("POST /v1/refunds") == 1, "the failed refund was not asked for again"
+    assert [s.reason for s in cp.steps.values() if s.tool == "issue_refund"] == ["provider_failed"]

@@ -257,3 +257,57 @@ def test_a_person_can_record_the_refund_made_by_hand_after_the_intents_refund_fa
     assert said.applied, said
     row = ledger.get(call.intent_key or "")
     assert (row.status, row.provider_ref) == ("performed", by_hand.id)
+
+
+def _ticket(call: ToolInput, task_id: str, **arguments) -> ToolInput:
+    """Another ticket's refund call on the same order: its own task, so its own intent key."""
+    spec = REGISTRY["issue_refund"]
+    args = {**call.arguments, **arguments}
+    key = derive_intent_key(spec.name, spec.key_fields, args, {"task_id": task_id})
+    return call.model_copy(update={"task_id": task_id, "arguments": args, "intent_key": key})
+
+
+def test_a_refund_the_provider_fails_after_it_was_performed_frees_its_item(
+        settings: Settings, world: World, edge: EdgeControl):
+    """A refund made and recorded performed is failed by the provider later (the card was closed). The next
+    ticket about the item reads the provider first: the failed refund holds nothing, the ledger says so,
+    and that ticket refunds the item."""
+    tools, ledger, call = _setup(settings, world, edge, honours_keys=True)
+    first = attempt(1).run(tools._issue_refund, call)
+    assert first.outcome is Outcome.PERFORMED, first
+    edge.fail_refund(first.data["provider_ref"])
+
+    other = attempt(1).run(tools._issue_refund, _second_ticket(call))
+    assert other.outcome is Outcome.PERFORMED, other
+    assert sorted(r["status"] for r in world.refunds("ORD-8841")) == ["failed", "succeeded"]
+    row = ledger.get(call.intent_key or "")
+    assert row.status == "not_performed" and row.detail["reason"] == "failed_after_performed", row
+
+
+def test_a_refund_made_by_hand_and_recorded_by_a_person_holds_its_item_and_its_order(
+        settings: Settings, world: World, edge: EdgeControl):
+    """The intent's refund failed at the provider and gave its amounts back; support refunded the kettle by
+    hand, with no item in the refund's metadata, and a person recorded it as the intent's effect. It holds
+    the kettle (another ticket cannot refund the kettle's price again) and counts once against the order
+    (the mugs can still be refunded); the intent answers from the ledger, not from its failed refund."""
+    tools, ledger, call = _setup(settings, world, edge, honours_keys=True)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect)
+    _landed_and_failed(world, edge, call)
+    assert attempt(2).run(tools._issue_refund, call).reason == "provider_failed"
+    payment = world.records.order("ORD-8841").payment_intent_id
+    by_hand = world.gateway._client.v1.refunds.create(params={  # in the dashboard: no item, no intent key
+        "payment_intent": payment, "amount": 4500, "metadata": {"order_id": "ORD-8841"}})
+    said = attempt(3).run(tools._record_human_decision, SettleInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments,
+        status="performed", provider_ref=by_hand.id, decided_by="ops@example.com"))
+    assert said.applied, said
+
+    again = attempt(1).run(tools._issue_refund, call.model_copy(update={"task_id": call.task_id}))
+    assert again.outcome in (Outcome.PERFORMED, Outcome.ALREADY_PERFORMED), again
+    assert again.data["provider_ref"] == by_hand.id
+    kettle_again = attempt(1).run(tools._issue_refund, _ticket(call, "refund-lease-b", amount_cents=2400))
+    assert kettle_again.outcome is not Outcome.PERFORMED, kettle_again
+    mugs = attempt(1).run(tools._issue_refund, _ticket(call, "refund-lease-c", item_id="mugs-02", amount_cents=2400))
+    assert mugs.outcome is Outcome.PERFORMED, mugs
+    assert sorted(r["amount_cents"] for r in world.refunds("ORD-8841") if r["status"] == "succeeded") == [2400, 4500]

@@ -544,14 +544,19 @@ class Agent:
         return earlier is not None and earlier.intent_key == question.key
 
     def _settled_by(self, world: IntentView, call: GateCall, not_done_settles: bool) -> ToolResult | None:
-        """The call's answer when the world settles it: performed, or (after a run whose answer was
-        unknown or exhausted) not performed. None: a person must decide."""
+        """The call's answer when the world settles it: performed, not performed for good (the provider failed
+        its request), or (after a run whose answer was unknown or exhausted) not performed. None: a person
+        must decide."""
         if world.status == "performed":
             mine = world.task_id == self._task.task_id
             return ToolResult(tool=call.spec.name, outcome=Outcome.PERFORMED if mine else Outcome.ALREADY_PERFORMED,
                               intent_key=call.key, message=f"settled without asking anyone: {world.detail}",
                               data={"source": "world", "provider_ref": world.provider_ref,
                                     "amount_cents": world.amount_cents, "read_at": world.read_at})
+        if world.status == "not_performed" and world.final:  # running it again, or asking anyone, changes nothing
+            return ToolResult(tool=call.spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=call.key,
+                              reason="provider_failed", data={"source": "world", "read_at": world.read_at},
+                              message=f"nothing was done: {world.detail}")
         if world.status == "not_performed" and not_done_settles:
             return ToolResult(tool=call.spec.name, outcome=Outcome.NOT_PERFORMED, intent_key=call.key,
                               reason="not_performed", retryable=True,
