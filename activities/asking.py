@@ -73,6 +73,6 @@ class AskingActivities:
 
 def settles(world: IntentView, not_done_settles: bool) -> bool:
     """No person is asked: the provider holds the effect, a request may still land (ask after its
-    horizon), or nothing was done and that answers the call."""
+    horizon), or nothing was done and that answers the call (always when it is so for good)."""
     return world.status == "performed" or (world.status == "in_flight" and world.until is not None) \
-        or (world.status == "not_performed" and not_done_settles)
+        or (world.status == "not_performed" and (not_done_settles or world.final))

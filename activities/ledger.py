@@ -460,25 +460,36 @@ class EffectLedger:
             row = conn.execute("SELECT * FROM effects WHERE intent_key = :key", {"key": key}).fetchone()
         return Effect.from_row(row) if row else None
 
-    def failed_after(self, ref: str, detail: dict[str, Any]) -> list[str]:
+    def failed_after(self, ref: str, detail: dict[str, Any], now: float | None = None) -> list[str]:
         """The provider failed an effect the ledger holds as performed (Stripe fails a refund days later when
         the card cannot take it): no money reached anyone, so it holds nothing any more. Not performed; the
         amounts go back (found by review: the item stayed used up, and every later ticket was told it was
-        done). No other request of the intent can be on its way: a performed intent claims nothing. The
-        intents moved."""
+        done). Unless a person recorded it while a request of the intent itself may still land: then
+        unknown, its amounts held, until the records or a person settle that request. The intents moved."""
+        now = self._clock() if now is None else now
+        with self._db.connect() as conn:  # a read first: a failed record is listed on every lookup of its order
+            if conn.execute("SELECT 1 FROM effects WHERE provider_ref = :ref AND status = 'performed'",
+                            {"ref": ref}).fetchone() is None:
+                return []
+        moved: list[str] = []
         with self._db.connect() as conn:
-            keys = [r["intent_key"] for r in conn.execute(
-                "SELECT intent_key FROM effects WHERE provider_ref = :ref AND status = 'performed'" + self._db.lock,
+            rows = [Effect.from_row(r) for r in conn.execute(
+                "SELECT * FROM effects WHERE provider_ref = :ref AND status = 'performed'" + self._db.lock,
                 {"ref": ref}).fetchall()]
-            for key in keys:
-                conn.execute("UPDATE effects SET status = 'not_performed', detail = :detail, updated_at = :now"
-                             " WHERE intent_key = :key", {"key": key, "detail": json.dumps(detail, sort_keys=True),
-                                                          "now": self._clock()})
-                conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": key})
-        if keys:
+            for row in rows:
+                own_may_land = row.detail.get("source") == "human" and row.sent_at is not None \
+                    and (row.horizon > now or row.unanswered)
+                status = "unknown" if own_may_land else "not_performed"
+                conn.execute("UPDATE effects SET status = :status, detail = :detail, updated_at = :now"
+                             " WHERE intent_key = :key", {"key": row.intent_key, "status": status, "now": now,
+                                                          "detail": json.dumps(detail, sort_keys=True)})
+                if status == "not_performed":
+                    conn.execute("DELETE FROM holds WHERE intent_key = :key", {"key": row.intent_key})
+                moved.append(row.intent_key)
+        if moved:
             log.warning("the provider failed an effect recorded performed", extra={"provider_ref": ref,
-                                                                                  "intent_keys": keys})
-        return keys
+                                                                                  "intent_keys": moved})
+        return moved
 
     def decided(self, word: HumanWord, expected: tuple[str, ...], as_of: float | None = None) -> Effect:
         """A human's verified word on an intent; only from the `expected` states (performed is final), and

@@ -615,3 +615,7 @@ async def test_a_refund_the_provider_failed_is_not_put_to_a_person_again(
     assert [r["status"] for r in world.refunds(order.order_id)] == ["failed"]
     assert edge.stats().get("POST /v1/refunds") == 1, "the failed refund was not asked for again"
     assert [s.reason for s in cp.steps.values() if s.tool == "issue_refund"] == ["provider_failed"]
+    with Database(strict.agent_db_path).connect() as conn:
+        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
+                                                 {"task": handle.id}).fetchall()]
+    assert kinds == ["escalation"], "one person was asked, once"

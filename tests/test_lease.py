@@ -311,3 +311,26 @@ def test_a_refund_made_by_hand_and_recorded_by_a_person_holds_its_item_and_its_o
     mugs = attempt(1).run(tools._issue_refund, _ticket(call, "refund-lease-c", item_id="mugs-02", amount_cents=2400))
     assert mugs.outcome is Outcome.PERFORMED, mugs
     assert sorted(r["amount_cents"] for r in world.refunds("ORD-8841") if r["status"] == "succeeded") == [2400, 4500]
+
+
+def test_a_recorded_refund_that_fails_while_the_intents_own_request_may_land_keeps_its_item(
+        settings: Settings, world: World, edge: EdgeControl):
+    """The intent's own request is on its way when a person records a dashboard refund as its effect; the
+    provider then fails that refund. The intent's own request may still land, so its amounts stay held
+    (unknown, not not performed): another ticket cannot refund the kettle meanwhile."""
+    tools, ledger, call = _setup(settings, world, edge)
+    held = _hold(ledger, call)
+    assert ledger.leaving(held.effect), "its own request left; its horizon is 40 s away"
+    payment = world.records.order("ORD-8841").payment_intent_id
+    by_hand = world.gateway._client.v1.refunds.create(params={
+        "payment_intent": payment, "amount": 4500, "metadata": {"order_id": "ORD-8841"}})
+    said = attempt(1).run(tools._record_human_decision, SettleInput(
+        task_id=call.task_id, tool=call.tool, intent_key=call.intent_key or "", arguments=call.arguments,
+        status="performed", provider_ref=by_hand.id, decided_by="ops@example.com"))
+    assert said.applied, said
+    edge.fail_refund(by_hand.id)
+
+    other = attempt(1).run(tools._issue_refund, _second_ticket(call))
+    assert (other.outcome, other.reason) == (Outcome.NOT_PERFORMED, "budget_in_doubt"), other
+    assert ledger.get(call.intent_key or "").status == "unknown"
+    assert [r["status"] for r in world.refunds("ORD-8841")] == ["failed"]
