@@ -4,15 +4,18 @@ patched so far (workflows/_agent.py `_ONE_MARKER`). Judged on the history the se
 
 from __future__ import annotations
 
+import base64
 import json
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.world import World
+from core.names import FOLD_MARKER
 from infra.settings import Settings
 from tests.helpers import finished, running_worker, scenario_task, start
 from tests.test_replay import HISTORIES
+from workflows._agent import SINCE_FOLD
 
 PATCH_MARKER = "core_patch"
 
@@ -34,8 +37,13 @@ async def test_a_new_task_records_one_patch_marker(client: Client, settings: Set
 
 
 def test_the_recorded_corpus_holds_one_patch_marker_per_run() -> None:
-    """The corpus the replay test guards is of the current code (re-recorded with `make record`)."""
+    """The corpus the replay test guards is of the current code (re-recorded with `make record`): each run
+    records the fold's marker, and beside it only the markers of changes made since the fold, on the paths
+    that reach them."""
     for path in HISTORIES.glob("*.json"):
         events = json.loads(path.read_text())["events"]
-        markers = [e for e in events if e.get("markerRecordedEventAttributes", {}).get("markerName") == PATCH_MARKER]
-        assert len(markers) == 1, f"{path.name}: {len(markers)} patch markers"
+        markers = [json.loads(base64.b64decode(p["data"]))["id"] for e in events
+                   if e.get("markerRecordedEventAttributes", {}).get("markerName") == PATCH_MARKER
+                   for p in e["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"]]
+        assert markers[:1] == [FOLD_MARKER], f"{path.name}: {markers}"
+        assert set(markers[1:]) <= set(SINCE_FOLD), f"{path.name}: {markers}"

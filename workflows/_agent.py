@@ -1057,6 +1057,8 @@ _CARRIED_MODEL_QUESTION = "carried-model-question"
 # Since this change `reject` is not offered for a keyed call that ran out of attempts (`_allowed`). Checked only
 # where such a call is asked about.
 _EXHAUSTED_KEYED = "exhausted-keyed-no-reject"
+# The changes made since _FOLDED, each with its own marker (the next fold takes them in).
+SINCE_FOLD = (_CARRIED_RAN, _CARRIED_MODEL_QUESTION, _EXHAUSTED_KEYED)
 _AFTER_RUNNING = ("unknown_outcome", "attempts_exhausted")  # reasons a call is asked about once it ran
 _RECHECK_AT_MOST = 3600.0  # seconds between two reads of the world while a person is asked
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)
