@@ -503,7 +503,8 @@ class Effects:
         resource: an intent performed with no hold on it (it landed after it was settled not performed,
         whose holds went back) is counted from the provider's record, as a refund made elsewhere is. A
         record that names no intent is ours when a person recorded it as an intent's effect."""
-        recorded = self._ledger.keys_of([r.ref for r in records if r.intent_key is None and moved(r)])
+        unnamed = [r.ref for r in records if r.intent_key is None and moved(r)]
+        recorded = self._ledger.keys_of(unnamed) if unnamed else {}  # most lists have none: no read
         keys = {r.ref: r.intent_key or recorded.get(r.ref) for r in records}
         held = self._ledger.live_holds([k for k in keys.values() if k])
         external: dict[str, int] = {}
