@@ -42,31 +42,37 @@ def _approver(args: argparse.Namespace) -> tuple[str, Path]:
     return by.strip(), path
 
 
-async def signed_decision(args: argparse.Namespace, client: Client | None) -> ResolveInput:
-    """The decision the options describe, for the call the task waits for, signed with the approver's key."""
+async def signed_decision(args: argparse.Namespace, settings: Settings,
+                          client: Client | None = None) -> ResolveInput:
+    """The decision the options describe, for the question the task asks, signed with the approver's key.
+    Temporal is asked (through `client`, else a connection of its own) unless --key and --question say it."""
     by, key_file = _approver(args)
     try:
         key = load_key_file(key_file)
     except ValueError as err:
         raise ClientError(str(err)) from None
-    intent_key = args.key
-    if intent_key is None:
-        if client is None:
-            raise ClientError("--key is needed when Temporal is not asked which call the task waits for")
-        cp = await checkpoint_of(client, args.task_id)
-        if cp.waiting_for is None:
-            raise ClientError(f"{args.task_id} is {cp.state}, not waiting for a decision")
+    intent_key, question = args.key, args.question
+    if intent_key is None or question is None:
+        cp = await checkpoint_of(client or await connect(settings), args.task_id)
         wait = cp.waiting_for
+        if wait is None:
+            raise ClientError(f"{args.task_id} is {cp.state}, not waiting for a decision")
+        if intent_key is not None and intent_key != wait.intent_key:
+            raise ClientError(f"{args.task_id} waits for a decision on {wait.intent_key}, not --key {intent_key}")
+        question = wait.question
+        if intent_key is None:
+            # The task may have moved on since the person looked: say what this signs, and how to pin it.
+            print(f"deciding what {args.task_id} waits for now: {wait.tool} "
+                  f"{json.dumps(wait.arguments, sort_keys=True)} ({wait.reason}, since {wait.since}); "
+                  f"--key {wait.intent_key} --question {wait.question} decides exactly this question",
+                  file=sys.stderr)
         intent_key = wait.intent_key
-        # The task may have moved on since the person looked: say what this signs, and how to pin it.
-        print(f"deciding what {args.task_id} waits for now: {wait.tool} {json.dumps(wait.arguments, sort_keys=True)}"
-              f" ({wait.reason}, since {wait.since}); --key {intent_key} decides exactly this call",
-              file=sys.stderr)
     if args.decision == "mark_performed" and not args.provider_ref:
         raise ClientError("mark_performed needs --provider-ref (the provider's id of the effect, e.g. re_...)")
     try:
         decision = ResolveInput(task_id=args.task_id, intent_key=intent_key, decision=args.decision,
-                                decided_by=by, note=args.note, provider_ref=args.provider_ref)
+                                decided_by=by, note=args.note, provider_ref=args.provider_ref,
+                                question=question or None)  # 0: asked before questions were numbered
     except ValidationError as err:
         raise ClientError(f"bad decision: {err.errors()[0]['msg']}") from None
     return sign(decision, key, timedelta(minutes=args.valid_for))
@@ -75,15 +81,14 @@ async def signed_decision(args: argparse.Namespace, client: Client | None) -> Re
 async def cmd_resolve(args: argparse.Namespace, settings: Settings) -> int:
     """Sign a decision on the call a task waits for and send it through the `decide` Update."""
     client = await connect(settings)
-    receipt = await decide(client, await signed_decision(args, client))
+    receipt = await decide(client, await signed_decision(args, settings, client))
     print(f"{args.task_id}: {receipt.decision} on {receipt.intent_key} by {receipt.decided_by}; now {receipt.state}")
     return 0
 
 
 async def cmd_sign(args: argparse.Namespace, settings: Settings) -> int:
     """Print a signed decision as JSON: paste it into the Web UI's Send a Signal form (`resolve`)."""
-    client = None if args.key else await connect(settings)
-    print((await signed_decision(args, client)).model_dump_json(indent=2))
+    print((await signed_decision(args, settings)).model_dump_json(indent=2))
     return 0
 
 
@@ -114,6 +119,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                                           "local stack's)")
         r.add_argument("--note", default="")
         r.add_argument("--key", help="intent key of the call (default: the one the task waits for)")
+        r.add_argument("--question", type=int, metavar="N",
+                       help="the question it answers, from the task's waiting_for (default: the one the task "
+                            "asks now); a call asked about again is a new question")
         r.add_argument("--provider-ref", help="the provider's id of the effect, for mark_performed")
         r.add_argument("--valid-for", type=float, default=60, metavar="MINUTES", help="the signature's lifetime")
         r.set_defaults(run=run)

@@ -19,10 +19,11 @@ def ui_link(settings: Settings, task_id: str) -> str:
 
 
 def decide_hint(task_id: str, wait: Escalation) -> str:
-    """A command that decides, runnable as printed (the approver comes from APPROVER / APPROVER_KEY_FILE
-    or the local stack)."""
+    """A command that decides this question, runnable as printed (the approver comes from APPROVER /
+    APPROVER_KEY_FILE or the local stack): should the task have moved on, it refuses instead."""
     ref = " --provider-ref <the provider's id>" if wait.allowed[0] == "mark_performed" else ""
-    return f"{STARTER} resolve {task_id} {wait.allowed[0]}{ref}"
+    question = f" --question {wait.question}" if wait.question else ""
+    return f"{STARTER} resolve {task_id} {wait.allowed[0]} --key {wait.intent_key}{question}{ref}"
 
 
 class Progress:

@@ -5,10 +5,10 @@ public keys), the ceilings, the escalation deadline and each kind's tools; `narr
 input lower a ceiling, shorten a deadline or drop an approver or a tool, never the other way.
 
 A decision is signed by an approver's Ed25519 key over `signed_message` (the task id, the intent
-key, the decision, who decides, the note, the provider's reference, the expiry and a nonce). The
-workflow checks what it can decide alone (`screen`: is it waiting for this key, is this decision
-allowed, is the signer an approver, is it expired or replayed), then an activity verifies the
-signature with the public key the worker holds (activities/authority.py).
+key, the question it answers, the decision, who decides, the note, the provider's reference, the
+expiry and a nonce). The workflow checks what it can decide alone (`screen`: is it waiting for this
+question, is this decision allowed, is the signer an approver, is it expired or replayed), then an
+activity verifies the signature with the public key the worker holds (activities/authority.py).
 """
 
 from __future__ import annotations
@@ -53,8 +53,11 @@ def signature_holds(decision: ResolveInput, public_key: str) -> bool:
 
 
 def signed_message(decision: ResolveInput) -> bytes:
-    """The bytes an approver signs: every field but the signature, as canonical JSON."""
+    """The bytes an approver signs: every field but the signature, as canonical JSON. A decision that
+    names no question is signed as before questions were numbered, so what was signed then still holds."""
     fields = decision.model_dump(mode="json", exclude={"signature"})
+    if fields["question"] is None:
+        del fields["question"]
     return SIGNING_CONTEXT + canonical_json(fields).encode()
 
 
@@ -138,8 +141,13 @@ class Waiter:
 def screen(decision: ResolveInput, waiter: Waiter, now: datetime) -> tuple[DecisionStatus, str] | None:
     """What the workflow can tell alone: (status, why) when the decision cannot apply, else None.
 
-    `ignored` is a decision for something not waiting; `refused` is one that could apply but is not
-    authenticated: unsigned, expired, replayed, for another task, or not from an approver.
+    `ignored` is a decision for something not waiting (another call, or an earlier or later question
+    about this one); `refused` is one that could apply but is not authenticated: unsigned, naming no
+    question where the task numbers them, expired, replayed, for another task, or not from an approver.
+
+    A decision names the question it answers (`Escalation.question`): a person decides on what they
+    were shown, and a signed answer to one question is never applied to a later one about the same
+    call, which another person may see differently (the world read since, a decision refused since).
 
     With `approvers_now` the signer is checked against the worker's approvers when the signature is
     (activities/authority.py), not against the list frozen at the task's start: an approver added
@@ -152,12 +160,18 @@ def screen(decision: ResolveInput, waiter: Waiter, now: datetime) -> tuple[Decis
         return "ignored", "the task is not waiting for a decision"
     if decision.intent_key != wait.intent_key:
         return "ignored", f"no call with key {decision.intent_key} is waiting; waiting: {wait.intent_key}"
+    if wait.question and decision.question is not None and decision.question != wait.question:
+        return "ignored", (f"it answers question {decision.question} about this call; the task now asks "
+                           f"question {wait.question} ({wait.reason}, since {wait.since})")
     if decision.decision not in wait.allowed:
         return "ignored", f"{decision.decision} does not apply to {wait.reason}; allowed: {wait.allowed}"
     if decision.decision == "mark_performed" and not decision.provider_ref:
         return "ignored", "mark_performed needs provider_ref (the provider's id of the effect)"
     if not (decision.signature and decision.nonce and decision.expires_at):
         return "refused", "not signed: a decision needs expires_at, nonce and signature (starter.py sign)"
+    if wait.question and decision.question is None:
+        return "refused", (f"it names no question: a decision answers one (question {wait.question}, the task's "
+                           f"waiting_for.question) and is signed over it (starter.py sign)")
     allowed = (task_approvers if approvers_now else policy.approvers if policy else None)
     if policy is None or (allowed is not None and decision.decided_by not in allowed):
         return "refused", f"{decision.decided_by[:80]!r} is not an approver of this task"

@@ -132,8 +132,8 @@ class ResolveInput(BaseModel):
     """A human decision on the one call named by its intent key, signed by an approver.
 
     The signature (Ed25519, base64) covers every other field (core/authority.py `signed_message`),
-    so it binds the decision to one task, one intent key and an expiry; the nonce makes it usable
-    once. Every field is bounded: nothing a sender writes can grow the checkpoint.
+    so it binds the decision to one task, one question about one intent key, and an expiry; the
+    nonce makes it usable once. Every field is bounded: nothing a sender writes can grow the checkpoint.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -144,6 +144,8 @@ class ResolveInput(BaseModel):
     decided_by: str = Field(min_length=1, max_length=254)
     note: str = Field(default="", max_length=1000)
     provider_ref: str | None = Field(default=None, max_length=200, description="required by mark_performed")
+    question: int | None = Field(default=None, ge=1, le=1_000_000,
+                                 description="the question it answers: the task's waiting_for.question")
     expires_at: str = Field(default="", max_length=40, description="ISO 8601 UTC, e.g. 2026-12-01T06:00:00Z")
     nonce: str = Field(default="", max_length=64)
     signature: str = Field(default="", max_length=200)
@@ -190,6 +192,9 @@ class Escalation(BaseModel):
                                                          "just before the person was asked")
     ran: bool = Field(default=False, description="asked after the call ran (its outcome is in question), "
                                                  "not before it")
+    question: int = Field(default=0, description="the task's count of questions when this one was asked (1, 2, "
+                                                 "...): a decision names the question it answers. 0: asked before "
+                                                 "questions were numbered, and any decision on its key answers it")
 
 
 class Approval(BaseModel):

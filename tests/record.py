@@ -35,7 +35,7 @@ from devstack.seed import seed_scenarios
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.exit import run_main
 from infra.settings import Settings
-from tests.approvers import APPROVERS, signed
+from tests.approvers import APPROVERS, BOB, signed
 from tests.helpers import waiting
 from worker import build_worker
 
@@ -267,6 +267,28 @@ async def carried_question_ran(r: Recorder) -> list[WorkflowHandle]:
     return await _every_run(r, first, result.checkpoint.runs)
 
 
+async def question_asked_again(r: Recorder) -> list[WorkflowHandle]:
+    settings = r.settings(approval_ceiling_cents=10000, stripe_timeout_seconds=1.0)
+    r.edge.configure("passthrough", [  # the refund lands, its answer is lost, and nobody can read the refunds
+        {"method": "POST", "path": "/v1/refunds", "fault": "timeout_after_accept", "nth": [1], "delay_seconds": 2.0},
+        {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0}])
+    async with build_worker(r.client, settings):
+        handle = await start_task(r.client, settings, task("SU-88421", "question-asked-again"))
+        first = (await waiting(handle)).waiting_for
+        late = signed(handle.id, first, "approve", by=BOB)
+        await handle.signal("resolve", signed(handle.id, first, "approve"))
+
+        async def asked_again() -> Checkpoint | None:
+            cp = await handle.query("checkpoint", result_type=Checkpoint)
+            return cp if cp.waiting_for is not None and cp.waiting_for.question == 2 else None
+        second = (await poll_until(asked_again, "the second question", 120)).waiting_for
+        await handle.signal("resolve", late)  # answers question 1: ignored
+        r.edge.configure("passthrough")
+        await handle.signal("resolve", signed(handle.id, second, "approve"))
+        await handle.result()
+    return [handle]
+
+
 PATHS = [
     Path_("su-88421-happy", "support ticket: order, policy, refund, seller, pickup, customer",
           lambda r: happy(r, "SU-88421")),
@@ -299,6 +321,9 @@ PATHS = [
     Path_("su-88421-carried-question-ran", "every refund request dropped and the refunds unreadable -> unknown -> "
           "a person asked; the provider readable again and a 300 KB signal rolls the wait over -> the new run finds "
           "nothing landed past the horizon, withdraws the question and refunds", carried_question_ran),
+    Path_("su-88421-question-asked-again", "over the ceiling, approved (question 1); the refund's answer lost and the "
+          "refunds unreadable -> unknown (question 2, the same call); a second approval of question 1 is ignored; "
+          "the provider readable again, question 2 approved or settled by the world", question_asked_again),
 ]
 
 

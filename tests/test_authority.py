@@ -87,7 +87,8 @@ async def test_2_a_decision_is_authenticated_scoped_and_used_once(
     client: Client, strict: Settings, world: World, edge: EdgeControl,
 ):
     """Claiming to be Alice without her key, unsigned, expired, signed for another task: refused.
-    Alice's approval is applied; sent again when the same call waits again, it is a replay."""
+    Alice's approval is applied; sent again when the same call waits again, it answers the question
+    before and changes nothing."""
     edge.configure("passthrough", preset("unverifiable", "/v1/refunds", 1.0))
     task = scenario_task("SU-88421")
     async with running_worker(client, strict):
@@ -118,13 +119,14 @@ async def test_2_a_decision_is_authenticated_scoped_and_used_once(
             return cp if cp.waiting_for and cp.waiting_for.reason == "unknown_outcome" else None
         cp = await wait_for(unknown, "the approved refund to end unknown", 150)
         assert cp.waiting_for.intent_key == key
+        assert cp.waiting_for.question == 2
         await handle.signal("resolve", approval)  # the same signed approval again
         cp = await recorded(handle, 7)
-        assert (cp.decisions[-1].status, cp.decisions[-1].why) == ("refused", "replayed: this signed decision "
-                                                                              "was applied already")
+        assert cp.decisions[-1].status == "ignored", cp.decisions[-1]
+        assert cp.decisions[-1].why.startswith("it answers question 1 about this call; the task now asks question 2")
         edge.configure("passthrough")
         [refund] = world.refunds("SU-88421")
-        await handle.signal("resolve", signed(handle.id, key, "mark_performed", provider_ref=refund["id"]))
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for, "mark_performed", provider_ref=refund["id"]))
         result = await finished(handle)
     assert len(world.refunds("SU-88421")) == 1 and result.state == "completed"
     assert [d.status for d in result.checkpoint.decisions].count("applied") == 2

@@ -67,24 +67,30 @@ def test_unknown_task_and_not_waiting(stack: Stack, tmp_path: Path):
 
 
 def test_sign_prints_a_decision_the_worker_can_verify(tmp_path: Path):
-    """Offline (--key given): the JSON to paste into the Web UI's signal form, signed over every field."""
+    """Offline (--key and --question given): the JSON to paste into the Web UI's signal form, signed over
+    every field, the question it answers among them."""
     key_file = tmp_path / "ops.pem"
     made = run(["starter.py", "keygen", "ops@example.com", "--out", str(key_file)])
     public = made.stdout.split("ops@example.com=")[1].split()[0]
     done = run(["starter.py", "sign", "ticket-SU-88421", "mark_performed", "--by", "ops@example.com",
-                "--key-file", str(key_file), "--key", "v1:issue_refund:abc", "--provider-ref", "re_1",
-                "--note", "seen in the dashboard"])
+                "--key-file", str(key_file), "--key", "v1:issue_refund:abc", "--question", "2",
+                "--provider-ref", "re_1", "--note", "seen in the dashboard"])
     assert done.returncode == 0, done.stderr
     decision = ResolveInput.model_validate_json(done.stdout)
-    assert (decision.task_id, decision.intent_key, decision.provider_ref) == ("ticket-SU-88421",
-                                                                               "v1:issue_refund:abc", "re_1")
+    assert (decision.task_id, decision.intent_key, decision.question, decision.provider_ref) == (
+        "ticket-SU-88421", "v1:issue_refund:abc", 2, "re_1")
     db = Database(tmp_path / "agent.db")  # where the verified decision's nonce is kept
     db.create()
     verify = AuthorityActivities(db, Deployment({"ops@example.com": public_key_from(public)}, Ceilings(0, 0), 1)).verify_decision
     verdict = asyncio.run(ActivityEnvironment().run(verify, VerifyInput(decision=decision)))
     assert verdict.valid, verdict.why
-    forged = decision.model_copy(update={"provider_ref": "re_2"})
-    assert not asyncio.run(ActivityEnvironment().run(verify, VerifyInput(decision=forged))).valid
+    for forged in (decision.model_copy(update={"provider_ref": "re_2"}), decision.model_copy(update={"question": 3}),
+                   decision.model_copy(update={"question": None})):
+        assert not asyncio.run(ActivityEnvironment().run(verify, VerifyInput(decision=forged))).valid, forged
+    # Without --question, sign asks Temporal which question the task asks now.
+    line = one_line(run(["starter.py", "sign", "ticket-SU-88421", "approve", "--by", "ops@example.com",
+                         "--key-file", str(key_file), "--key", "v1:issue_refund:abc"], TEMPORAL_ADDRESS="127.0.0.1:1"))
+    assert "127.0.0.1:1" in line, line
 
 
 def test_a_key_file_that_is_not_a_key(tmp_path: Path):
@@ -176,4 +182,5 @@ async def test_resolve_without_a_key_says_which_call_it_decides(encrypted_waitin
     assert done.returncode == 0, done.stderr
     [notice] = [line for line in done.stderr.splitlines() if line.startswith("deciding")]
     assert "issue_refund" in notice and "approval_required" in notice and "--key v1:issue_refund:" in notice
+    assert "--question 1 " in notice
     assert done.stdout.startswith(f"{task_id}: approve on v1:issue_refund:"), done.stdout

@@ -18,6 +18,7 @@ from activities.db import Database
 from activities.world import World
 from client import redrive
 from core.models import ResolveInput, ToolInput, ToolResult
+from devstack.edge_control import EdgeControl
 from infra.settings import Settings
 from tests.approvers import ALICE, APPROVERS, BOB, signed
 from tests.helpers import checkpoint, running_worker, scenario_task, start, wait_for, waiting
@@ -161,3 +162,64 @@ async def test_an_approver_added_to_the_worker_after_the_task_started_can_decide
         result = await asyncio.wait_for(handle.result(), 120)
     assert [r["amount_cents"] for r in world.refunds("SU-88421")] == [11800]
     assert result.checkpoint.decisions[-1].decision.decided_by == BOB
+
+
+# --- (d) a decision answers one question ------------------------------------------------------------
+
+LANDS_UNSEEN = [  # the refund lands, the client times out, and nobody can read the provider's refunds
+    {"method": "POST", "path": "/v1/refunds", "fault": "timeout_after_accept", "nth": [1], "delay_seconds": 2.0},
+    {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0},
+]
+
+
+async def test_an_approval_of_a_refunds_size_is_not_taken_as_a_retry_after_its_outcome_is_lost(
+    client: Client, strict: Settings, world: World, edge: EdgeControl,
+):
+    """Alice and Bob both approve question 1 (the refund is over the ceiling). Alice's lands first; the
+    refund's answer is lost and the task asks question 2 about the same call (its outcome is unknown), where
+    `approve` means "send it again". Bob's approval arrives then: it answers question 1 and is ignored,
+    not applied as a retry nobody decided on. A decision naming no question, or one re-pointed at
+    another after signing, is refused."""
+    edge.configure("passthrough", LANDS_UNSEEN)  # (a world read through the edge fails while it holds)
+    async with running_worker(client, strict):
+        handle = await start(client, strict, scenario_task("SU-88421"))
+        first = (await waiting(handle)).waiting_for
+        assert (first.reason, first.question) == ("approval_required", 1), first
+        unbound = signed(handle.id, first.intent_key, "approve", question=None)
+        repointed = {**signed(handle.id, first.intent_key, "approve", question=2), "question": 1}
+        ahead = signed(handle.id, first.intent_key, "approve", question=2)
+        for decision in (unbound, repointed, ahead):
+            await handle.signal("resolve", decision)
+        cp = await recorded(handle, 3)
+        answers = {d.decision.nonce: (d.status, d.why or "") for d in cp.decisions if d.decision}
+        status, why = answers[unbound["nonce"]]
+        assert status == "refused" and why.startswith("it names no question"), why
+        status, why = answers[repointed["nonce"]]
+        assert status == "refused" and "signature" in why, why
+        status, why = answers[ahead["nonce"]]
+        assert status == "ignored" and why.startswith("it answers question 2 about this call"), why
+        assert edge.stats().get("POST /v1/refunds", 0) == 0 and cp.waiting_for.question == 1
+
+        bobs = signed(handle.id, first, "approve", by=BOB)
+        await handle.signal("resolve", signed(handle.id, first, "approve", by=ALICE))
+
+        async def asked_again():
+            cp = await checkpoint(handle)
+            return cp if cp.waiting_for is not None and cp.waiting_for.question == 2 else None
+        second = (await wait_for(asked_again, "the question about the refund's lost outcome", 120)).waiting_for
+        assert second.intent_key == first.intent_key and "approve" in second.allowed, second
+        posts = edge.stats().get("POST /v1/refunds", 0)
+
+        await handle.signal("resolve", bobs)
+        cp = await recorded(handle, 5)
+        assert (cp.decisions[-1].status, cp.decisions[-1].decision.decided_by) == ("ignored", BOB), cp.decisions[-1]
+        assert "answers question 1" in cp.decisions[-1].why and "question 2" in cp.decisions[-1].why
+        assert cp.waiting_for is not None and cp.waiting_for.question == 2, "still asking question 2"
+        assert edge.stats().get("POST /v1/refunds", 0) == posts, "Bob's approval sent nothing"
+
+        edge.configure("passthrough")  # the provider can be read again: the refund landed once
+        [refund] = world.refunds("SU-88421")
+        await handle.signal("resolve", signed(handle.id, second, "mark_performed", provider_ref=refund["id"]))
+        result = await asyncio.wait_for(handle.result(), 120)
+    assert [r["id"] for r in world.refunds("SU-88421")] == [refund["id"]]
+    assert result.state == "completed" and result.checkpoint.escalations == 2

@@ -492,7 +492,7 @@ async def test_a_tasks_own_ceiling_counts_its_refunds_in_total(client: Client, s
             return cp if cp.waiting_for and cp.waiting_for.intent_key != first else None
         cp = await wait_for(next_question, "the third refund's question", 60)
         assert cp.waiting_for.reason == "approval_required" and refunds_of(world, order.order_id) == [4000]
-        await handle.signal("resolve", signed(handle.id, cp.waiting_for.intent_key, "reject"))
+        await handle.signal("resolve", signed(handle.id, cp.waiting_for, "reject"))  # question 2
         result = await finished(handle)
     assert refunds_of(world, order.order_id) == [4000]
     assert result.checkpoint.escalations == 2

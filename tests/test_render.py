@@ -26,7 +26,7 @@ def waiting_checkpoint() -> Checkpoint:
         waiting_for=Escalation(intent_key=KEY, tool="issue_refund", arguments=ARGUMENTS,
                                reason="unknown_outcome", detail="ReadTimeout | lookup failed", since="s",
                                deadline="2026-12-02T21:29:02Z",
-                               allowed=["mark_performed", "mark_not_performed", "approve", "abort"]))
+                               allowed=["mark_performed", "mark_not_performed", "approve", "abort"], question=2))
 
 
 def cells(row: str) -> list[str]:
@@ -49,7 +49,7 @@ def test_what_the_task_waits_for_and_no_code_block():
     text = current_details(waiting_checkpoint())
     assert "**Waiting for a person**: unknown_outcome on `issue_refund`, 118.00 USD, order SU-88421, item oak-shelf-4" \
         in text
-    assert f"- intent key: `{KEY}`" in text and "- deadline: 2026-12-02T21:29:02Z" in text
+    assert f"- intent key: `{KEY}`, question 2" in text and "- deadline: 2026-12-02T21:29:02Z" in text
     assert "```" not in text, "a code block's long lines are cut by the Web UI's pane; inline code wraps"
 
 
@@ -59,11 +59,12 @@ def test_suggested_decisions_run_as_shown():
     assert [shlex.split(c)[4] for c in commands] == cp.waiting_for.allowed
     for command in commands:
         args = parser().parse_args(shlex.split(command)[2:])
-        assert (args.task_id, args.key) == (cp.task_id, KEY)
+        assert (args.task_id, args.key, args.question) == (cp.task_id, KEY, cp.waiting_for.question)
         assert (args.provider_ref is not None) == (args.decision == "mark_performed")
         assert args.by is None and args.key_file is None, "the approver is APPROVER and APPROVER_KEY_FILE"
         resolve = parser().parse_args(shlex.split(command.replace(" sign ", " resolve "))[2:])
-        assert (resolve.task_id, resolve.decision, resolve.key) == (args.task_id, args.decision, KEY)
+        assert (resolve.task_id, resolve.decision, resolve.key, resolve.question) == (
+            args.task_id, args.decision, KEY, cp.waiting_for.question)
 
 
 def test_a_completed_task_shows_what_it_did():

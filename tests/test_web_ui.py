@@ -235,7 +235,8 @@ async def approve_in_browser(chromium: Path, ui_url: str, handle: WorkflowHandle
             details = await open_current_details(page)
             await expect(details.locator("main")).to_contain_text("Waiting for a person: approval_required")
             for decision in wait.allowed:
-                command = f"python starter.py sign {handle.id} {decision} --key {wait.intent_key} --note 'why'"
+                command = (f"python starter.py sign {handle.id} {decision} --key {wait.intent_key} "
+                           f"--question {wait.question} --note 'why'")
                 await expect(details.locator("code", has_text=command)).to_have_text(command)
             header = details.locator("table th")
             await expect(header).to_have_text([re.compile(rf"^\W*{h}\W*$") for h in ("step", "outcome", "asks", "attempts")])
@@ -285,10 +286,11 @@ async def test_refund_approved_in_the_web_ui(chromium: Path, ui_stack: Stack, ui
         assert (cp.waiting_for.tool, cp.waiting_for.reason) == ("issue_refund", "approval_required")
         assert ui_world.refunds("SU-88421") == []
         key = cp.waiting_for.intent_key
-        payload = json.loads(starter("sign", handle.id, "approve", "--key", key, "--by", OPERATOR, "--key-file",
+        payload = json.loads(starter("sign", handle.id, "approve", "--key", key, "--question",
+                                     str(cp.waiting_for.question), "--by", OPERATOR, "--key-file",
                                      str(operator_key[0]), "--note", "approved in the Web UI",
                                      env={"PATH": "/usr/bin:/bin"}))
-        assert payload["intent_key"] == key and payload["signature"]
+        assert payload["intent_key"] == key and payload["question"] == 1 and payload["signature"]
 
         shots = await approve_in_browser(chromium, ui_stack.ui_url, handle, cp, payload, ui_world, tmp_path)
         assert [p.name for p in shots if p.stat().st_size > 10_000] == [

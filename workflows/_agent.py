@@ -703,7 +703,7 @@ class Agent:
             intent_key=key, tool=tool, arguments=arguments, reason=reason, detail=detail[:2000],
             since=earlier.since if repeat and earlier else _iso(now),
             deadline=earlier.deadline if repeat and earlier else _iso(now + timedelta(seconds=timeout)),
-            allowed=self._allowed(question), ran=question.ran,
+            allowed=self._allowed(question), ran=question.ran, question=self._number(repeat, earlier),
             world=f"{world.status} at {world.read_at}: {world.detail}"[:500] if world else None)
         self._set_state("awaiting_human", escalation=reason)
         if not repeat and not alerted:
@@ -739,6 +739,13 @@ class Agent:
             raise _Stop("cancelled", f"aborted by {decision.decided_by}: {decision.note}")
         self._set_state("running")
         return decision
+
+    def _number(self, repeat: bool, earlier: Escalation | None) -> int:
+        """The question's number, which a decision names (core/authority.py `screen`): the task's count of
+        questions, kept by the same question carried into a new run. Since _NUMBERED_QUESTIONS; 0 before."""
+        if repeat and earlier is not None:
+            return earlier.question
+        return self._checkpoint.escalations if workflow.patched(_NUMBERED_QUESTIONS) else 0
 
     @staticmethod
     def _allowed(question: Question) -> list[Decision]:
@@ -1057,8 +1064,11 @@ _CARRIED_MODEL_QUESTION = "carried-model-question"
 # Since this change `reject` is not offered for a keyed call that ran out of attempts (`_allowed`). Checked only
 # where such a call is asked about.
 _EXHAUSTED_KEYED = "exhausted-keyed-no-reject"
+# Since this change each question is numbered and a decision names the one it answers: a signed answer to one
+# question no longer applies to a later question about the same call. Checked only where a person is asked.
+_NUMBERED_QUESTIONS = "numbered-questions"
 # The changes made since _FOLDED, each with its own marker (the next fold takes them in).
-SINCE_FOLD = (_CARRIED_RAN, _CARRIED_MODEL_QUESTION, _EXHAUSTED_KEYED)
+SINCE_FOLD = (_CARRIED_RAN, _CARRIED_MODEL_QUESTION, _EXHAUSTED_KEYED, _NUMBERED_QUESTIONS)
 _AFTER_RUNNING = ("unknown_outcome", "attempts_exhausted")  # reasons a call is asked about once it ran
 _RECHECK_AT_MOST = 3600.0  # seconds between two reads of the world while a person is asked
 _EVENTS_PER_MESSAGE = 4  # its own event and, at worst, a workflow task of its own (scheduled, started, completed)

@@ -67,11 +67,14 @@ def _row(*cells: object) -> str:
 
 def suggested_decisions(task_id: str, wait: Escalation) -> list[str]:
     """Commands that print a signed decision for each allowed choice, ready to send or paste. The
-    approver is APPROVER and APPROVER_KEY_FILE (or --by and --key-file); the key names the call."""
+    approver is APPROVER and APPROVER_KEY_FILE (or --by and --key-file); the key names the call and
+    the question number the question about it (one asked again is a new question)."""
     lines = []
+    question = f" --question {wait.question}" if wait.question else ""
     for decision in wait.allowed:
         ref = " --provider-ref PROVIDER_REF" if decision == "mark_performed" else ""
-        lines.append(f"python starter.py sign {task_id} {decision} --key {wait.intent_key}{ref} --note 'why'")
+        lines.append(f"python starter.py sign {task_id} {decision} --key {wait.intent_key}{question}{ref}"
+                     " --note 'why'")
     return lines
 
 
@@ -106,7 +109,7 @@ def _waiting(cp: Checkpoint, wait: Escalation) -> list[str]:
         f"**Waiting for a person**: {wait.reason} on `{wait.tool}`"
         + "".join(f", {fact}" for fact in _facts(wait.arguments.get("amount_cents"), wait.arguments)),
         "",
-        f"- intent key: `{wait.intent_key}`",
+        f"- intent key: `{wait.intent_key}`" + (f", question {wait.question}" if wait.question else ""),
         f"- why: {_cell(wait.detail)}",
         *([f"- read before asking: {_cell(wait.world)}"] if wait.world else []),
         f"- decisions: {', '.join(wait.allowed)}",
