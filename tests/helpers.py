@@ -13,6 +13,8 @@ from typing import TypeVar
 from temporalio.api.enums.v1 import PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowHandle
 
+from activities.db import Database
+from activities.operations import alerts
 from client import start_task
 from core.models import Checkpoint, TaskInput, TaskResult
 from devstack.polling import poll_until
@@ -74,6 +76,11 @@ async def pending(handle: WorkflowHandle) -> str:
 
 
 wait_for = poll_until
+
+
+def alert_kinds(settings: Settings, task_id: str) -> list[str]:
+    """The kinds of the alerts stored for a task, oldest first: who was asked, told or withdrawn from."""
+    return [a["kind"] for a in alerts(Database(settings.agent_db_path), task_id)]
 
 
 async def checkpoint(handle: WorkflowHandle) -> Checkpoint:

@@ -16,7 +16,7 @@ import pytest
 import urllib3
 from aiohttp import web
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from activities import payments
@@ -29,13 +29,13 @@ from activities.payments import NotSent, StripeGateway, send_before
 from activities.tools import ToolActivities
 from activities.world import World
 from core.authority import Ceilings
-from core.models import SETTLED, AlertInput, AskAnswer, AskInput, Checkpoint, Outcome, ToolInput, ToolResult
+from core.models import SETTLED, AlertInput, AskAnswer, AskInput, Checkpoint, Outcome, TaskResult, ToolInput, ToolResult
 from devstack.edge_control import EdgeControl
 from devstack.processes import free_port
 from devstack.stack import STRIPE_API_KEY, Stack
 from infra.settings import Settings
 from tests.approvers import signed
-from tests.helpers import checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
+from tests.helpers import alert_kinds, checkpoint, finished, running_worker, scenario_task, start, wait_for, waiting
 from tests.test_lease import attempt
 from tests.test_money_boundary import assert_ledger_equals_provider, fresh_order, refund_call, scripted, until
 from worker import provider_terms
@@ -201,6 +201,26 @@ async def test_an_answer_the_provider_contradicts_is_refused_and_the_refund_stan
     assert_ledger_equals_provider(world, "SU-88421")
 
 
+async def asked_then_carried_into_a_new_run(
+    client: Client, settings: Settings, world: World, edge: EdgeControl, mode: str, faults: list[dict],
+) -> tuple[WorkflowHandle, TaskResult, list[dict]]:
+    """What the two tests of a question carried into a new run share (they differ in the provider's faults and
+    in what they judge): under `faults` SU-88421 is asked a question, the provider is made readable, and before
+    the task reads it again a junk signal rolls the wait over into a new run. The handle, the task's result and
+    the order's refunds at the provider as the signal was sent."""
+    slow_recheck = settings.model_copy(update={"stripe_processing_window_seconds": 20.0})
+    edge.configure(mode, faults)
+    async with running_worker(client, slow_recheck):
+        task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 200_000})
+        handle = await start(client, slow_recheck, task)
+        asked = await waiting(handle)
+        assert asked.waiting_for.reason == "unknown_outcome" and asked.runs == 1, asked.waiting_for
+        edge.configure(mode)
+        at_rollover = world.refunds("SU-88421")
+        await handle.signal("resolve", "x" * 300_000)
+        return handle, await finished(handle), at_rollover
+
+
 async def test_a_question_carried_into_a_new_run_that_the_world_settles_is_withdrawn(
     client: Client, fast: Settings, world: World, edge: EdgeControl,
 ):
@@ -209,25 +229,15 @@ async def test_a_question_carried_into_a_new_run_that_the_world_settles_is_withd
     junk signal rolls the wait over into a new run, which reads the world first and finds the refund.
     Nobody is needed any more: the question is withdrawn (the person is told, nothing waits), not left
     standing for a decision that would apply to the task's next question."""
-    slow_recheck = fast.model_copy(update={"stripe_processing_window_seconds": 20.0})
-    edge.configure("passthrough", LANDED_UNREADABLE)
-    async with running_worker(client, slow_recheck):
-        task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 200_000})
-        handle = await start(client, slow_recheck, task)
-        asked = await waiting(handle)
-        assert asked.waiting_for.reason == "unknown_outcome" and asked.runs == 1, asked.waiting_for
-        edge.configure("passthrough")
-        await handle.signal("resolve", "x" * 300_000)
-        result = await finished(handle)
+    handle, result, _ = await asked_then_carried_into_a_new_run(client, fast, world, edge, "passthrough",
+                                                                LANDED_UNREADABLE)
     cp = result.checkpoint
     assert cp.runs == 2, "the question was taken up by a new run"
     assert result.state == "completed" and cp.waiting_for is None and cp.escalations == 1, cp.waiting_for
     [refund] = world.refunds("SU-88421")
     step = cp.steps["issue_refund"]
     assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"], step.trail
-    with Database(fast.agent_db_path).connect() as conn:
-        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
-                                                 {"task": handle.id}).fetchall()]
+    kinds = alert_kinds(fast, handle.id)
     assert kinds == ["escalation", "escalation_withdrawn"], kinds
     assert_ledger_equals_provider(world, "SU-88421")
 
@@ -246,25 +256,16 @@ async def test_a_carried_question_about_a_refund_that_never_landed_is_settled_by
     task reads it again a junk signal rolls the wait over into a new run. Past the request's horizon the
     provider holds nothing of it: not performed, as the run that asked would have found. Nobody is needed
     (the question is withdrawn, the person told) and the refund is made, once."""
-    slow_recheck = fast.model_copy(update={"stripe_processing_window_seconds": 20.0, "stripe_honours_keys": True})
-    edge.configure("dedupe", NEVER_LANDED_UNREADABLE)
-    async with running_worker(client, slow_recheck):
-        task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 200_000})
-        handle = await start(client, slow_recheck, task)
-        asked = await waiting(handle)
-        assert asked.waiting_for.reason == "unknown_outcome" and asked.runs == 1, asked.waiting_for
-        edge.configure("dedupe")
-        assert world.refunds("SU-88421") == []
-        await handle.signal("resolve", "x" * 300_000)
-        result = await finished(handle)
+    honours_keys = fast.model_copy(update={"stripe_honours_keys": True})
+    handle, result, at_rollover = await asked_then_carried_into_a_new_run(client, honours_keys, world, edge, "dedupe",
+                                                                          NEVER_LANDED_UNREADABLE)
+    assert at_rollover == [], "no refund had landed when the wait rolled over"
     cp = result.checkpoint
     assert cp.runs == 2, "the question was taken up by a new run"
     assert result.state == "completed" and cp.waiting_for is None and cp.escalations == 1, cp.waiting_for
     assert refunds_of(world, "SU-88421") == [11800]
     assert cp.steps["issue_refund"].outcome is Outcome.PERFORMED, cp.steps["issue_refund"].trail
-    with Database(fast.agent_db_path).connect() as conn:
-        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
-                                                 {"task": handle.id}).fetchall()]
+    kinds = alert_kinds(fast, handle.id)
     assert kinds == ["escalation", "escalation_withdrawn"], kinds
     assert_ledger_equals_provider(world, "SU-88421")
 
@@ -361,9 +362,7 @@ async def test_nobody_is_asked_when_the_world_settles_as_the_question_goes_out(
     step = result.checkpoint.steps["issue_refund"]
     assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"], step.trail
     assert result.state == "completed" and result.checkpoint.escalations == 0
-    with Database(fast.agent_db_path).connect() as conn:
-        alerts = conn.execute("SELECT reason FROM alerts WHERE task_id = :task", {"task": handle.id}).fetchall()
-    assert alerts == [], "an alert reached a person about a refund the provider held"
+    assert alert_kinds(fast, handle.id) == [], "an alert reached a person about a refund the provider held"
     assert_ledger_equals_provider(world, "SU-88421")
 
 
@@ -394,8 +393,7 @@ async def test_nobody_is_asked_while_the_provider_is_only_briefly_unreadable(
     step = result.checkpoint.steps["issue_refund"]
     assert result.state == "completed" and result.checkpoint.escalations == 0, step.trail
     assert step.outcome is Outcome.PERFORMED and step.result["provider_ref"] == refund["id"], step.trail
-    with Database(fast.agent_db_path).connect() as conn:
-        assert conn.execute("SELECT kind FROM alerts WHERE task_id = :task", {"task": result.task_id}).fetchall() == []
+    assert alert_kinds(fast, result.task_id) == []
     assert_ledger_equals_provider(world, "SU-88421")
 
 
@@ -421,9 +419,7 @@ async def test_a_question_the_world_settles_while_a_person_is_asked_is_withdrawn
     assert any("settled by the world while a person was asked" in line for line in step.trail), step.trail
     [notice] = [m for m in world.messages(handle.id) if m["kind"] == "email"]
     assert "118.00" in notice["body"] and refund["id"] in notice["body"]
-    with Database(short.agent_db_path).connect() as conn:
-        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
-                                                 {"task": handle.id}).fetchall()]
+    kinds = alert_kinds(short, handle.id)
     assert kinds == ["escalation", "escalation_withdrawn"], kinds
     assert_ledger_equals_provider(world, "SU-88421")
 
@@ -615,7 +611,4 @@ async def test_a_refund_the_provider_failed_is_not_put_to_a_person_again(
     assert [r["status"] for r in world.refunds(order.order_id)] == ["failed"]
     assert edge.stats().get("POST /v1/refunds") == 1, "the failed refund was not asked for again"
     assert [s.reason for s in cp.steps.values() if s.tool == "issue_refund"] == ["provider_failed"]
-    with Database(strict.agent_db_path).connect() as conn:
-        kinds = [r["kind"] for r in conn.execute("SELECT kind FROM alerts WHERE task_id = :task ORDER BY created_at",
-                                                 {"task": handle.id}).fetchall()]
-    assert kinds == ["escalation"], "one person was asked, once"
+    assert alert_kinds(strict, handle.id) == ["escalation"], "one person was asked, once"

@@ -5,10 +5,13 @@ Run `python -m tests.record` to re-record on purpose (see tests/histories/README
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, cast, overload
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -24,6 +27,55 @@ from workflows import AgentTaskWorkflow
 HISTORIES = Path(__file__).parent / "histories"
 # Recorded with the current code, and kept from earlier code that running tasks may still be on.
 CORPUS = sorted(HISTORIES.glob("*.json")) + sorted(HISTORIES.glob("earlier/*/*.json"))
+
+
+class _Reads:
+    """The reads a walk of a history makes (an event handed out, a field of one read), failing the walk as soon
+    as they pass `budget`: a walk that is not one pass fails at once instead of running for minutes."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.count = budget, 0
+
+    def __call__(self, n: int = 1) -> None:
+        self.count += n
+        if self.count > self.budget:
+            raise AssertionError(f"more than {self.budget} reads: the walk is not one pass")
+
+
+class _ReadEvent:
+    """A history event whose every field read is counted."""
+
+    def __init__(self, event: HistoryEvent, reads: _Reads) -> None:
+        self._event, self._reads = event, reads
+
+    def __getattr__(self, name: str) -> Any:
+        self._reads()
+        return getattr(self._event, name)
+
+
+class _CountedHistory(Sequence[_ReadEvent]):
+    """Events whose walk is counted: each handed out (by iteration, index or slice) and each field read."""
+
+    def __init__(self, events: list[HistoryEvent], reads_per_event: int) -> None:
+        self.reads = _Reads(reads_per_event * len(events))
+        self.events = [_ReadEvent(e, self.reads) for e in events]
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @overload
+    def __getitem__(self, index: int) -> _ReadEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[_ReadEvent]: ...
+    def __getitem__(self, index: int | slice) -> _ReadEvent | list[_ReadEvent]:
+        got = self.events[index]
+        self.reads(len(got) if isinstance(got, list) else 1)
+        return got
+
+    def __iter__(self) -> Iterator[_ReadEvent]:
+        for event in self.events:
+            self.reads()
+            yield event
 
 
 def load(path: Path) -> WorkflowHistory:
@@ -76,8 +128,9 @@ def test_a_redrive_knows_the_keys_its_task_began_with():
     head = list(flooded.events[:3])
     signal = next(e for e in load(HISTORIES / "su-88421-flooded-wait-run1.json").events
                   if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
-    many = head + [signal] * 20_000
-    assert opening(many) == many
+    many = _CountedHistory(head + [signal] * 20_000, reads_per_event=4)
+    assert opening(cast(Sequence[HistoryEvent], many)) == many.events
+    assert many.reads.count > len(many), "the count is live: the events were handed out and read"
     # A run no worker ever took up (terminated or timed out before its first workflow task) began nothing:
     # the task's next run decides its keys.
     unstarted = load(HISTORIES / "su-88421-happy.json")
