@@ -547,8 +547,6 @@ def moved(record: ProviderEffect) -> bool:
     return record.status not in NOTHING_MOVED
 
 
-
-
 def _failed(call: ToolInput, attempt: Attempt, record: ProviderEffect) -> ToolResult:
     return _To(call, attempt).not_performed(
         "provider_failed", f"the provider holds this request as {record.ref}, {record.status}: no money moved, "

@@ -59,14 +59,14 @@ async def signed_decision(args: argparse.Namespace, settings: Settings,
             raise ClientError(f"{args.task_id} is {cp.state}, not waiting for a decision")
         if intent_key is not None and intent_key != wait.intent_key:
             raise ClientError(f"{args.task_id} waits for a decision on {wait.intent_key}, not --key {intent_key}")
-        question = wait.question
-        if intent_key is None:
-            # The task may have moved on since the person looked: say what this signs, and how to pin it.
-            print(f"deciding what {args.task_id} waits for now: {wait.tool} "
-                  f"{json.dumps(wait.arguments, sort_keys=True)} ({wait.reason}, since {wait.since}); "
-                  f"--key {wait.intent_key} --question {wait.question} decides exactly this question",
-                  file=sys.stderr)
-        intent_key = wait.intent_key
+        if question is not None and question != wait.question:
+            raise ClientError(f"{args.task_id} asks question {wait.question} ({wait.reason} on {wait.tool}), "
+                              f"not --question {question}")
+        # The task may have moved on since the person looked: say what this signs, and how to pin it.
+        print(f"deciding what {args.task_id} waits for now: {wait.tool} {json.dumps(wait.arguments, sort_keys=True)}"
+              f" ({wait.reason}, since {wait.since}); --key {wait.intent_key} --question {wait.question} decides "
+              "exactly this question", file=sys.stderr)
+        intent_key, question = wait.intent_key, wait.question
     if args.decision == "mark_performed" and not args.provider_ref:
         raise ClientError("mark_performed needs --provider-ref (the provider's id of the effect, e.g. re_...)")
     try:

@@ -17,6 +17,8 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -198,6 +200,8 @@ async def checkpoint_of(client: Client, task_id: str, rpc_timeout: timedelta | N
     except RPCError as err:
         hint = "" if task_id.startswith(("ticket-", "invoice-")) else f" (a ticket's task is ticket-{task_id})"
         raise ClientError(f"no task {task_id}: {err.message}{hint}") from None
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as err:  # e.g. no worker knows its code
+        raise ClientError(f"{task_id} did not answer its checkpoint query: {str(err).splitlines()[0][:300]}") from None
     return cp
 
 

@@ -55,9 +55,7 @@ def signature_holds(decision: ResolveInput, public_key: str) -> bool:
 def signed_message(decision: ResolveInput) -> bytes:
     """The bytes an approver signs: every field but the signature, as canonical JSON. A decision that
     names no question is signed as before questions were numbered, so what was signed then still holds."""
-    fields = decision.model_dump(mode="json", exclude={"signature"})
-    if fields["question"] is None:
-        del fields["question"]
+    fields = decision.model_dump(mode="json", exclude={"signature"})  # (without `question` when it names none)
     return SIGNING_CONTEXT + canonical_json(fields).encode()
 
 
@@ -160,7 +158,10 @@ def screen(decision: ResolveInput, waiter: Waiter, now: datetime) -> tuple[Decis
         return "ignored", "the task is not waiting for a decision"
     if decision.intent_key != wait.intent_key:
         return "ignored", f"no call with key {decision.intent_key} is waiting; waiting: {wait.intent_key}"
-    if wait.question and decision.question is not None and decision.question != wait.question:
+    if decision.question is not None and decision.question != wait.question:
+        if not wait.question:  # (a worker from before numbering ignored it as malformed: a replay does the same)
+            return "ignored", (f"it answers question {decision.question}; this question was asked before questions "
+                               "were numbered: sign one that names none")
         return "ignored", (f"it answers question {decision.question} about this call; the task now asks "
                            f"question {wait.question} ({wait.reason}, since {wait.since})")
     if decision.decision not in wait.allowed:

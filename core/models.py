@@ -150,6 +150,15 @@ class ResolveInput(BaseModel):
     nonce: str = Field(default="", max_length=64)
     signature: str = Field(default="", max_length=200)
 
+    @model_serializer(mode="wrap")
+    def _question_only_when_named(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A decision naming no question is written as before questions were numbered: a worker from before
+        # takes it (its decisions forbid unknown fields), and its signed bytes are the same.
+        data: dict[str, Any] = handler(self)
+        if data.get("question") is None:
+            data.pop("question", None)
+        return data
+
 
 class DecisionReceipt(BaseModel):
     intent_key: str

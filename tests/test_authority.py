@@ -337,3 +337,40 @@ async def test_8_refused_updates_are_answered_before_they_reach_the_history(clie
         assert receipt["decision"] == "approve"
         result = await finished(handle)
     assert len(world.refunds("SU-88421")) == 1 and result.checkpoint.decisions[-1].via == "update"
+
+
+def test_a_decision_answers_the_question_it_names():
+    """Pure: the screen's answer for each pairing of a decision's question with the wait's, and a decision
+    naming none written (and signed) as before questions were numbered, so a worker from before takes it."""
+    from datetime import UTC, datetime
+
+    from activities.authority import public_key_text
+    from core.authority import Waiter, screen, signature_holds
+    from core.models import Escalation, Policy
+    from tests.approvers import ALICE_KEY
+
+    policy = Policy(kind=TaskKind.REFUND_TICKET, tools=[], approvers=[ALICE], refund_ceiling_cents=1,
+                    payment_ceiling_cents=None, escalation_timeout_seconds=60)
+
+    def waiting_on(question: int) -> Waiter:
+        wait = Escalation(intent_key="k", tool="issue_refund", arguments={}, reason="approval_required", detail="",
+                          since="2026-12-07T23:00:00Z", deadline="2026-12-08T23:00:00Z", allowed=["approve"],
+                          question=question)
+        return Waiter("t", wait, policy, [])
+
+    def answer(question: int | None, asked: int) -> str | None:
+        problem = screen(ResolveInput(**signed("t", "k", "approve", question=question)), waiting_on(asked),
+                         datetime.now(UTC))
+        return problem and f"{problem[0]}: {problem[1]}"
+
+    assert answer(2, 2) is None and answer(None, 0) is None
+    assert answer(1, 2).startswith("ignored: it answers question 1 about this call; the task now asks question 2")
+    assert answer(None, 2).startswith("refused: it names no question")
+    assert answer(1, 0).startswith("ignored: it answers question 1; this question was asked before questions")
+    unnamed = ResolveInput(**signed("t", "k", "approve", question=None))
+    assert "question" not in json.loads(unnamed.model_dump_json())
+    assert signature_holds(unnamed, public_key_text(ALICE_KEY))
+    named = ResolveInput(**signed("t", "k", "approve", question=2))
+    assert json.loads(named.model_dump_json())["question"] == 2 and signature_holds(named, public_key_text(ALICE_KEY))
+    for moved in (None, 1, 3):
+        assert not signature_holds(named.model_copy(update={"question": moved}), public_key_text(ALICE_KEY))

@@ -177,6 +177,10 @@ async def test_resolve_without_a_key_says_which_call_it_decides(encrypted_waitin
                                                  serialization.NoEncryption()))
     env = {"TEMPORAL_ADDRESS": stack.address, "STRIPE_API_BASE": stack.stripe_url, "TASK_QUEUE": settings.task_queue,
            "AGENT_DB_PATH": str(settings.agent_db_path), "PAYLOAD_ENCRYPTION_KEY": key}
+    # A question the person did not see is never signed: the task asks question 1.
+    line = one_line(await asyncio.to_thread(run, ["starter.py", "resolve", task_id, "approve", "--by", ALICE,
+                                                  "--key-file", str(key_file), "--question", "2"], **env))
+    assert f"{task_id} asks question 1 (approval_required on issue_refund), not --question 2" in line, line
     done = await asyncio.to_thread(run, ["starter.py", "resolve", task_id, "approve", "--by", ALICE,
                                          "--key-file", str(key_file), "--note", "checked"], **env)
     assert done.returncode == 0, done.stderr

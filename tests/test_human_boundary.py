@@ -242,6 +242,44 @@ async def test_a_question_carried_into_a_new_run_that_the_world_settles_is_withd
     assert_ledger_equals_provider(world, "SU-88421")
 
 
+async def test_a_decision_on_a_carried_question_that_the_world_then_settles_is_not_kept(
+    client: Client, fast: Settings, world: World, edge: EdgeControl,
+):
+    """The refund landed and its answer was lost: a person is asked (question 1). A junk signal rolls the wait
+    into a new run, which reads the world first, slowly; meanwhile a person approves question 1 (send it
+    again), and then the world shows the refund. The approval is answered as not acted on, with why: it is
+    neither reported applied nor kept for whatever the task asks next, and nothing is sent again."""
+    edge.configure("passthrough", LANDED_UNREADABLE)
+    task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 200_000})
+    async with running_worker(client, fast):
+        handle = await start(client, fast, task)
+        asked = (await waiting(handle)).waiting_for
+        assert (asked.reason, asked.question) == ("unknown_outcome", 1), asked
+    patient = fast.model_copy(update={"stripe_timeout_seconds": 10.0})  # a slow read, not a failed one
+    edge.configure("passthrough", [{"method": "GET", "path": "/v1/refunds", "fault": "slow", "delay_seconds": 4.0}])
+    posts = edge.stats().get("POST /v1/refunds", 0)
+    async with running_worker(client, patient):
+        await handle.signal("resolve", "x" * 300_000)
+
+        async def rolled():
+            cp = await checkpoint(handle)
+            return cp if cp.runs == 2 else None
+        await wait_for(rolled, "the wait rolled into a new run", 60)
+        with pytest.raises(WorkflowUpdateFailedError) as answer:
+            await handle.execute_update("decide", signed(handle.id, asked, "approve"))
+        assert "decision ignored: the records settled the question first" in str(answer.value.cause), answer.value
+        result = await finished(handle)
+    edge.configure("passthrough")
+    [refund] = world.refunds("SU-88421")
+    assert edge.stats().get("POST /v1/refunds", 0) == posts, "nothing was sent again"
+    cp = result.checkpoint
+    assert result.state == "completed" and cp.runs == 2 and cp.escalations == 1, cp.waiting_for
+    assert cp.steps["issue_refund"].result["provider_ref"] == refund["id"]
+    assert [(d.via, d.status) for d in cp.decisions][-2:] == [("update", "applied"), ("world_check", "ignored")]
+    assert alert_kinds(fast, handle.id) == ["escalation", "escalation_withdrawn"]
+    assert_ledger_equals_provider(world, "SU-88421")
+
+
 NEVER_LANDED_UNREADABLE = [  # no refund request reaches the provider, each is dropped, and refunds cannot be listed
     {"method": "POST", "path": "/v1/refunds", "fault": "drop_before_commit", "from_nth": 1},
     {"method": "GET", "path": "/v1/refunds", "fault": "fail", "after_rule": 0},

@@ -444,6 +444,7 @@ class Agent:
                         self._checkpoint.waiting_for = None
                         self._set_state("running")
                         self._withdraw(call, reason, settled)
+                        self._drop_decision(settled)
                     return settled
             watcher = None
             if world is not None and world.status == "unknown" and world.recheck_seconds \
@@ -475,6 +476,16 @@ class Agent:
             if result is not None:
                 return result
             reason, ran = None, False
+
+    def _drop_decision(self, settled: ToolResult) -> None:
+        """A decision applied to a carried question while the new run read the world, which then settled it:
+        since _NUMBERED_QUESTIONS it is answered as not acted on; before, it was kept, and the task's next
+        question took it at once, whatever that question was."""
+        if self._decision is not None and workflow.patched(_NUMBERED_QUESTIONS):
+            stale, self._decision = self._decision, None
+            self._answer(stale, self._log_decision(
+                "world_check", "ignored", f"the records settled the question first: {settled.message}",
+                decision=stale))
 
     def _withdraw(self, call: GateCall, reason: EscalationReason, settled: ToolResult) -> None:
         """The world settled a call a person was asked about: the trail says so and the person is told."""
