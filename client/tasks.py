@@ -316,7 +316,9 @@ async def redrive(client: Client, settings: Settings, task_id: str, force: bool 
         raise ClientError(f"{task_id} completed; --force to run it again anyway")
     started = history.events[0].workflow_execution_started_event_attributes
     [task] = await client.data_converter.decode(started.input.payloads, [TaskInput])
-    update: dict[str, Any] = {"redrive_of": description.run_id,
+    # The latest run may have continued as new: its input holds what it carried. A redrive starts from the
+    # task's own input (its policy read again, its questions asked afresh), keeping only the keys it began with.
+    update: dict[str, Any] = {"redrive_of": description.run_id, "carry": None,
                               "status_in_message_keys": keys_begun_with(task, history.events)}
     if escalation_timeout_seconds is not None:
         update["escalation_timeout_seconds"] = escalation_timeout_seconds

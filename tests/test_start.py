@@ -235,6 +235,37 @@ async def test_redrive_can_change_the_escalation_deadline(client: Client, settin
     assert len(world.refunds("SU-88421")) == 0
 
 
+async def test_a_redrive_of_a_run_that_continued_as_new_starts_from_the_tasks_input(
+        client: Client, settings: Settings, world: World):
+    """A waiting run rolled into a new one (a junk signal filled its history) and was stopped: its redrive
+    starts from the task's own input, not the stopped run's carry. It reads the task's policy again, so the
+    redrive's deadline holds, and asks its question afresh (before, it took up the carried question with
+    the stopped run's deadline)."""
+    from client import redrive
+    from tests.helpers import checkpoint, scenario_task, start, wait_for, waiting
+
+    low = settings.model_copy(update={"approval_ceiling_cents": 5000})
+    task = scenario_task("SU-88421").model_copy(update={"max_history_bytes": 200_000})
+    async with running_worker(client, low):
+        handle = await start(client, low, task)
+        await waiting(handle)
+        await handle.signal("resolve", "x" * 300_000)
+
+        async def rolled():
+            cp = await checkpoint(handle)
+            return cp if cp.runs == 2 and cp.state == "awaiting_human" else None
+        await wait_for(rolled, "the wait rolled into a new run", 60)
+        await handle.terminate("the operator wants a shorter deadline")
+        new, redriven, was = await redrive(client, low, task.task_id, escalation_timeout_seconds=7)
+        cp = await waiting(new)
+        await new.terminate("done looking")
+    assert was == "terminated" and redriven.carry is None and cp.runs == 1, cp.runs
+    since, deadline = (datetime.fromisoformat(t.replace("Z", "+00:00"))
+                       for t in (cp.waiting_for.since, cp.waiting_for.deadline))
+    assert (deadline - since).total_seconds() == 7 and cp.waiting_for.question == 1
+    assert len(world.refunds("SU-88421")) == 0
+
+
 async def test_scenario_with_a_fault_is_a_fresh_task_and_leaves_the_edge_as_found(
         client: Client, settings: Settings, world: World, worker_env: dict[str, str], edge: EdgeControl):
     before = edge.current()
